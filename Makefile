@@ -1,0 +1,44 @@
+# Set up, run and test Market Analyst Agent. `make install && make demo` on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+MA := $(BIN)/market-analyst
+PYTEST_WORKERS ?= 2
+
+.PHONY: install demo test lint bench graph up down clean
+
+install: $(VENV)/.installed
+	@echo "Installed. Next: make demo"
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo:
+	MA="$(MA)" bash scripts/demo.sh
+
+# pytest exits 5 when it collected no tests: that is a failure here, never a pass.
+test:
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+lint:
+	$(BIN)/ruff check src tests graphs scripts
+	$(BIN)/mypy
+
+bench:
+	$(BIN)/python scripts/bench.py
+
+graph:
+	$(BIN)/python -c "from market_analyst.graph import mermaid; print(mermaid(), end='')" > graphs/analyst.mmd
+
+up:
+	docker compose up -d
+
+down:
+	docker compose down
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .mypy_cache

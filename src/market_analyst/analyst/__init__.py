@@ -1,0 +1,1 @@
+"""Analysts turn computed metrics and a risk profile into a recommendation."""

@@ -1,0 +1,157 @@
+"""Price metrics computed from daily adjusted closes. Pure functions; every one has a unit test.
+
+Windows are counted in trading days: 1M = 21, 3M = 63, 6M = 126, 1Y = 252.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from market_analyst.market_data.base import PriceHistory
+
+TRADING_DAYS = 252
+RETURN_WINDOWS = {"1m": 21, "3m": 63, "6m": 126, "1y": 252}
+
+
+def period_return(closes: Sequence[float], days: int) -> float | None:
+    """Simple return over the last `days` trading days, or None when the series is shorter."""
+    if len(closes) <= days:
+        return None
+    return closes[-1] / closes[-1 - days] - 1.0
+
+
+def daily_log_returns(closes: Sequence[float]) -> list[float]:
+    """ln(p[t] / p[t-1]) for each consecutive pair."""
+    return [math.log(b / a) for a, b in zip(closes, closes[1:], strict=False)]
+
+
+def annualised_volatility(closes: Sequence[float], window: int = TRADING_DAYS) -> float | None:
+    """Sample standard deviation of daily log returns over the last `window` days, times sqrt(252)."""
+    returns = daily_log_returns(closes[-(window + 1) :])
+    if len(returns) < 2:
+        return None
+    mean = sum(returns) / len(returns)
+    variance = sum((r - mean) ** 2 for r in returns) / (len(returns) - 1)
+    return math.sqrt(variance) * math.sqrt(TRADING_DAYS)
+
+
+def max_drawdown(closes: Sequence[float], window: int = TRADING_DAYS) -> float:
+    """Largest peak-to-trough fall over the last `window` + 1 closes, as a positive fraction."""
+    peak = -math.inf
+    worst = 0.0
+    for price in closes[-(window + 1) :]:
+        peak = max(peak, price)
+        worst = max(worst, 1.0 - price / peak)
+    return worst
+
+
+def simple_moving_average(closes: Sequence[float], days: int) -> float | None:
+    """Mean of the last `days` closes, or None when the series is shorter."""
+    if len(closes) < days:
+        return None
+    return sum(closes[-days:]) / days
+
+
+def rsi(closes: Sequence[float], period: int = 14) -> float | None:
+    """Wilder's RSI: seeded with the mean gain and loss of the first `period` changes, then smoothed.
+
+    Uses the whole series, as the classic definition does; None when fewer than `period` changes.
+    """
+    changes = [b - a for a, b in zip(closes, closes[1:], strict=False)]
+    if len(changes) < period:
+        return None
+    avg_gain = sum(max(c, 0.0) for c in changes[:period]) / period
+    avg_loss = sum(max(-c, 0.0) for c in changes[:period]) / period
+    for change in changes[period:]:
+        avg_gain = (avg_gain * (period - 1) + max(change, 0.0)) / period
+        avg_loss = (avg_loss * (period - 1) + max(-change, 0.0)) / period
+    if avg_loss == 0.0:
+        return 100.0 if avg_gain > 0 else 50.0
+    return 100.0 - 100.0 / (1.0 + avg_gain / avg_loss)
+
+
+def trend(price: float, sma50: float | None, sma200: float | None) -> str:
+    """"up" when price > SMA50 > SMA200, "down" when price < SMA50 < SMA200, else "mixed"."""
+    if sma50 is None or sma200 is None:
+        return "unknown"
+    if price > sma50 > sma200:
+        return "up"
+    if price < sma50 < sma200:
+        return "down"
+    return "mixed"
+
+
+def distance_from_range(closes: Sequence[float], window: int = TRADING_DAYS) -> tuple[float, float]:
+    """(price / 52-week high - 1, price / 52-week low - 1), over the last `window` + 1 closes."""
+    recent = closes[-(window + 1) :]
+    price = recent[-1]
+    return price / max(recent) - 1.0, price / min(recent) - 1.0
+
+
+def beta_and_relative_return(
+    asset: PriceHistory, benchmark: PriceHistory, window: int = TRADING_DAYS
+) -> dict[str, float | str] | None:
+    """Beta and return relative to `benchmark` over the last `window` days both series share.
+
+    Returns None when they share fewer than 20 days. Beta = cov(a, b) / var(b) of daily log
+    returns on common dates; relative return = asset return - benchmark return over the window.
+    """
+    bench = dict(zip(benchmark.dates, benchmark.closes, strict=True))
+    common = [(d, c, bench[d]) for d, c in zip(asset.dates, asset.closes, strict=True) if d in bench]
+    common = common[-(window + 1) :]
+    if len(common) < 21:
+        return None
+    a = daily_log_returns([c for _, c, _ in common])
+    b = daily_log_returns([c for _, _, c in common])
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - mean_a) * (y - mean_b) for x, y in zip(a, b, strict=True)) / (len(a) - 1)
+    var_b = sum((y - mean_b) ** 2 for y in b) / (len(b) - 1)
+    asset_return = common[-1][1] / common[0][1] - 1.0
+    bench_return = common[-1][2] / common[0][2] - 1.0
+    return {
+        "beta": cov / var_b if var_b else 0.0,
+        "relative_return": asset_return - bench_return,
+        "benchmark_return": bench_return,
+        "window_start": common[0][0],
+        "window_end": common[-1][0],
+    }
+
+
+def _round(value: float | None, places: int = 6) -> float | None:
+    return None if value is None else round(value, places)
+
+
+def compute_metrics(history: PriceHistory, benchmark: PriceHistory | None) -> dict[str, object]:
+    """Every figure a report may cite, rounded to fixed places so reports compare byte for byte."""
+    closes = history.closes
+    price = closes[-1]
+    sma50 = simple_moving_average(closes, 50)
+    sma200 = simple_moving_average(closes, 200)
+    from_high, from_low = distance_from_range(closes)
+    figures: dict[str, object] = {
+        "price": _round(price, 4),
+        **{f"return_{k}": _round(period_return(closes, n)) for k, n in RETURN_WINDOWS.items()},
+        "volatility_1y": _round(annualised_volatility(closes)),
+        "max_drawdown_1y": _round(max_drawdown(closes)),
+        "sma_50": _round(sma50, 4),
+        "sma_200": _round(sma200, 4),
+        "trend": trend(price, sma50, sma200),
+        "rsi_14": _round(rsi(closes), 4),
+        "from_52w_high": _round(from_high),
+        "from_52w_low": _round(from_low),
+        "observations": len(closes),
+    }
+    relative = beta_and_relative_return(history, benchmark) if benchmark is not None else None
+    if relative is None:
+        figures["benchmark"] = None
+    else:
+        figures["benchmark"] = {
+            "symbol": benchmark.ticker if benchmark else None,
+            "beta": _round(float(relative["beta"]), 4),
+            "relative_return": _round(float(relative["relative_return"])),
+            "benchmark_return": _round(float(relative["benchmark_return"])),
+            "window_start": relative["window_start"],
+            "window_end": relative["window_end"],
+        }
+    return figures

@@ -1,0 +1,126 @@
+"""The built-in deterministic analyst: figures plus a risk profile in, recommendation out.
+
+Risk tolerance sets the limits (volatility, drawdown) and the score a recommendation needs;
+the horizon sets how much short against long returns count. Same input, same output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from market_analyst.state import Profile
+
+RULES_VERSION = "1"
+ANALYST = {"kind": "rules", "name": "built-in rules", "version": RULES_VERSION}
+
+
+@dataclass(frozen=True)
+class RiskLimits:
+    """What one risk tolerance accepts, and the scores that make a buy or a sell."""
+
+    max_volatility: float
+    max_drawdown: float
+    buy_above: float
+    sell_below: float
+    penalty_weight: float
+
+
+LIMITS: dict[str, RiskLimits] = {
+    "conservative": RiskLimits(0.25, 0.15, buy_above=0.50, sell_below=-0.10, penalty_weight=1.5),
+    "moderate": RiskLimits(0.40, 0.30, buy_above=0.35, sell_below=-0.30, penalty_weight=1.0),
+    "aggressive": RiskLimits(0.70, 0.50, buy_above=0.20, sell_below=-0.50, penalty_weight=0.5),
+}
+
+# Weight of the 1M, 3M, 6M and 1Y returns in the momentum score, by horizon.
+HORIZON_WEIGHTS: dict[str, dict[str, float]] = {
+    "short": {"return_1m": 0.50, "return_3m": 0.30, "return_6m": 0.15, "return_1y": 0.05},
+    "medium": {"return_1m": 0.15, "return_3m": 0.30, "return_6m": 0.30, "return_1y": 0.25},
+    "long": {"return_1m": 0.05, "return_3m": 0.15, "return_6m": 0.30, "return_1y": 0.50},
+}
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
+    """Score the figures against the profile and return recommendation, confidence and risks."""
+    limits = LIMITS[profile.risk_tolerance]
+    weights = HORIZON_WEIGHTS[profile.horizon]
+    tolerance = profile.risk_tolerance
+
+    # Momentum: horizon-weighted returns, each squashed so one outlier cannot decide alone.
+    used = {k: w for k, w in weights.items() if figures.get(k) is not None}
+    total_weight = sum(used.values())
+    momentum = sum(w * math.tanh(float(figures[k]) / 0.25) for k, w in used.items()) / total_weight if used else 0.0
+
+    trend_score = {"up": 0.25, "down": -0.25}.get(str(figures.get("trend")), 0.0)
+    rsi_value = figures.get("rsi_14")
+    rsi_score = 0.0
+    risks: list[str] = []
+    if rsi_value is not None:
+        if rsi_value > 70:
+            rsi_score = -0.15
+            risks.append(f"RSI(14) of {rsi_value:.1f} is above 70: the recent rise may be overextended")
+        elif rsi_value < 30:
+            rsi_score = 0.15
+            risks.append(f"RSI(14) of {rsi_value:.1f} is below 30: selling pressure has been heavy")
+
+    penalty = 0.0
+    volatility = figures.get("volatility_1y")
+    if volatility is not None:
+        excess = volatility / limits.max_volatility - 1.0
+        if excess > 0:
+            penalty += limits.penalty_weight * min(excess, 1.5) * 0.4
+            risks.append(
+                f"annualised volatility of {_pct(volatility)} exceeds the {_pct(limits.max_volatility)} "
+                f"a {tolerance} profile accepts"
+            )
+        else:
+            risks.append(
+                f"annualised volatility of {_pct(volatility)} is within the {_pct(limits.max_volatility)} "
+                f"a {tolerance} profile accepts"
+            )
+    drawdown = float(figures.get("max_drawdown_1y") or 0.0)
+    if drawdown > limits.max_drawdown:
+        penalty += limits.penalty_weight * min(drawdown / limits.max_drawdown - 1.0, 1.5) * 0.4
+        risks.append(
+            f"the largest fall in the past year, {_pct(drawdown)}, is deeper than the "
+            f"{_pct(limits.max_drawdown)} a {tolerance} profile accepts"
+        )
+    benchmark = figures.get("benchmark")
+    if isinstance(benchmark, dict) and benchmark.get("beta") is not None and benchmark["beta"] > 1.3:
+        risks.append(
+            f"beta of {benchmark['beta']:.2f} against the S&P 500 "
+            f"({benchmark['window_start']} to {benchmark['window_end']}): moves amplify the market's"
+        )
+    from_high = figures.get("from_52w_high")
+    if from_high is not None and from_high < -0.2:
+        risks.append(f"the price is {_pct(-from_high)} below its 52-week high")
+
+    score = round(momentum + trend_score + rsi_score - penalty, 6)
+    if score >= limits.buy_above:
+        recommendation, margin = "buy", score - limits.buy_above
+    elif score <= limits.sell_below:
+        recommendation, margin = "sell", limits.sell_below - score
+    else:
+        recommendation = "hold"
+        margin = min(score - limits.sell_below, limits.buy_above - score)
+    breaches = sum(1 for r in risks if "exceeds" in r or "deeper than" in r)
+    confidence = 0.5 + 0.4 * math.tanh(margin / 0.3) - 0.08 * breaches
+    confidence = round(min(0.95, max(0.2, confidence)), 2)
+
+    return {
+        "recommendation": recommendation,
+        "confidence": confidence,
+        "score": score,
+        "risk_factors": risks,
+        "analyst": dict(ANALYST),
+        "framing": (
+            f"Judged for a {tolerance} investor with a {profile.horizon} horizon: buy at a score of "
+            f"{limits.buy_above:+.2f} or more, sell at {limits.sell_below:+.2f} or less; "
+            f"volatility limit {_pct(limits.max_volatility)}, drawdown limit {_pct(limits.max_drawdown)}."
+        ),
+    }

@@ -1,0 +1,65 @@
+"""The market-data protocol and the CSV format every provider reads."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from datetime import date
+from typing import Protocol
+
+from market_analyst.errors import UserError
+
+COLUMNS = ("date", "open", "high", "low", "close", "adj_close", "volume")
+
+
+@dataclass(frozen=True)
+class PriceHistory:
+    """Daily adjusted closes of one ticker, ascending by date. Never stored in the graph state."""
+
+    ticker: str
+    dates: tuple[str, ...]
+    closes: tuple[float, ...]
+    source: str
+
+    @property
+    def as_of(self) -> str:
+        """The last trading day in the series (ISO date)."""
+        return self.dates[-1]
+
+
+class MarketDataProvider(Protocol):
+    """Loads a ticker's daily history; raises `UserError` when it has none."""
+
+    name: str
+
+    def load(self, ticker: str) -> PriceHistory: ...
+
+    def describe(self, as_of: str) -> str:
+        """How a report names this source, e.g. "bundled snapshot, as of 2025-02-14"."""
+        ...
+
+
+def parse_price_csv(text: str, ticker: str, source: str, origin: str) -> PriceHistory:
+    """Parse `date,open,high,low,close,adj_close,volume` rows; `origin` names the file in errors."""
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in ("date", "adj_close") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise UserError(f"{origin}: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}")
+    dates: list[str] = []
+    closes: list[float] = []
+    for line_no, row in enumerate(reader, start=2):
+        try:
+            day = date.fromisoformat(row["date"]).isoformat()
+            close = float(row["adj_close"])
+        except (TypeError, ValueError):
+            raise UserError(f"{origin}, line {line_no}: not a date and a price: {row!r}") from None
+        if not close > 0:
+            raise UserError(f"{origin}, line {line_no}: adj_close must be positive, got {close}")
+        if dates and day <= dates[-1]:
+            raise UserError(f"{origin}, line {line_no}: dates must ascend ({day} after {dates[-1]})")
+        dates.append(day)
+        closes.append(close)
+    if len(dates) < 2:
+        raise UserError(f"{origin}: needs at least two daily prices, found {len(dates)}")
+    return PriceHistory(ticker=ticker, dates=tuple(dates), closes=tuple(closes), source=source)

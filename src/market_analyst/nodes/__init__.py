@@ -1,0 +1,1 @@
+"""One small module per node; each returns a partial state update."""

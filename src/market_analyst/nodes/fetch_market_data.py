@@ -1,0 +1,31 @@
+"""fetch_market_data: load prices and reduce them to figures; the raw series stay out of the state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from market_analyst.analyst.metrics import compute_metrics
+from market_analyst.errors import UserError
+from market_analyst.market_data import BENCHMARK, MarketDataProvider
+from market_analyst.state import AnalystState
+
+
+def fetch_market_data(state: AnalystState, *, market_data: MarketDataProvider) -> dict[str, Any]:
+    """Compute every figure the report may cite, with the as-of date and the data source."""
+    ticker = state["ticker"]
+    history = market_data.load(ticker)
+    benchmark = None
+    if ticker != BENCHMARK:
+        try:
+            benchmark = market_data.load(BENCHMARK)
+        except UserError:
+            benchmark = None  # the report then says no benchmark comparison was possible
+    return {
+        "market": {
+            "figures": compute_metrics(history, benchmark),
+            "as_of": history.as_of,
+            "first_day": history.dates[0],
+            "data_source": market_data.describe(history.as_of),
+            "provider": market_data.name,
+        }
+    }

@@ -1,0 +1,1 @@
+"""Adapters that own their stores: checkpointers, the profile store, the report archive, leases."""

@@ -1,0 +1,126 @@
+"""The graph state and the models behind it.
+
+The state holds plain data only (strings, numbers, lists, dicts) so every checkpointer serialises it
+without custom types; the pydantic models validate that data where it is made and read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from market_analyst.errors import UserError
+
+RiskTolerance = Literal["conservative", "moderate", "aggressive"]
+Horizon = Literal["short", "medium", "long"]
+RISK_TOLERANCES: tuple[str, ...] = ("conservative", "moderate", "aggressive")
+HORIZONS: tuple[str, ...] = ("short", "medium", "long")
+
+# User IDs: letters, digits and . _ @ - (an e-mail address fits), 1 to 64 characters.
+USER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+# Thread IDs: the same characters plus ':', 1 to 128 characters.
+THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+DEFAULT_USER = "local"
+
+
+def validate_user_id(raw: str) -> str:
+    """Return `raw` if it is a valid user ID, else raise `UserError`."""
+    if not USER_ID_PATTERN.match(raw):
+        shown = raw if len(raw) <= 20 else raw[:20] + "..."
+        raise UserError(
+            f"invalid user ID {shown!r}: use 1-64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
+        )
+    return raw
+
+
+def validate_thread_id(raw: str) -> str:
+    """Return `raw` if it is a valid thread ID, else raise `UserError`."""
+    if not THREAD_ID_PATTERN.match(raw):
+        shown = raw if len(raw) <= 20 else raw[:20] + "..."
+        raise UserError(f"invalid thread ID {shown!r}: use 1-128 letters, digits, '.', '_', ':', '@' or '-'")
+    return raw
+
+
+class Profile(BaseModel):
+    """A user's risk profile, as stored and as used by a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str
+    risk_tolerance: RiskTolerance = "moderate"
+    horizon: Horizon = "medium"
+    preferred_sectors: list[str] = Field(default_factory=list)
+    notes: str = ""
+    updated_at: str | None = None
+
+    @field_validator("user_id")
+    @classmethod
+    def _user_id(cls, value: str) -> str:
+        if not USER_ID_PATTERN.match(value):
+            raise ValueError("user ID must be 1-64 letters, digits, '.', '_', '@' or '-'")
+        return value
+
+
+class ProfileUsed(BaseModel):
+    """The profile a run analysed with, and whether it was stored or the defaults."""
+
+    source: Literal["stored", "default"]
+    profile: Profile
+
+
+class Approval(BaseModel):
+    """A recorded decision on one draft."""
+
+    decision: Literal["approved", "rejected"]
+    by: str
+    at: str
+    note: str = ""
+    draft_id: str
+
+
+class Draft(BaseModel):
+    """The report awaiting approval. Contains no time stamps: same inputs, same draft."""
+
+    draft_id: str
+    revision: int
+    ticker: str
+    question: str
+    headline: str
+    recommendation: Literal["buy", "hold", "sell"]
+    confidence: float
+    score: float
+    summary: str
+    framing: str
+    risk_factors: list[str]
+    figures: dict[str, Any]
+    data_source: str
+    as_of: str
+    analyst: dict[str, str]
+    profile: dict[str, Any]
+    feedback: list[str]
+    markdown: str
+
+
+class Publication(BaseModel):
+    """Where an approved report landed in the archive."""
+
+    key: str
+    operation_id: str
+    created: bool
+
+
+class AnalystState(TypedDict, total=False):
+    """The graph state: small, plain, and free of raw price series."""
+
+    ticker: str
+    question: str
+    user_id: str
+    profile: dict[str, Any]  # ProfileUsed
+    market: dict[str, Any]  # figures, as_of, data_source
+    analysis: dict[str, Any]  # recommendation, confidence, score, risk factors, analyst
+    feedback: list[str]
+    draft: dict[str, Any]  # Draft
+    approval: dict[str, Any] | None  # Approval
+    publication: dict[str, Any] | None  # Publication

@@ -1,0 +1,128 @@
+"""The real CLI in real processes, against a real PostgreSQL: the analyst's and approver's journeys,
+and every bad input the core names (one line on stderr, non-zero exit, no traceback)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import Cli
+
+
+def test_analyze_then_approve_from_a_second_process(cli: Cli):
+    analyzed = cli.ok("analyze", "NVDA")
+    first_line = analyzed.stdout.splitlines()[0]
+    assert first_line.startswith("Thread ") and "awaiting approval" in first_line
+    thread_id = first_line.split()[1].rstrip(":")
+    assert f"market-analyst approve {thread_id}" in analyzed.stdout
+    assert "Recommendation:" in analyzed.stdout and "bundled snapshot, as of 2025-02-14" in analyzed.stdout
+
+    before = cli.ok("status", thread_id, "--json").json()
+    assert before["status"] == "awaiting_approval" and before["pending_node"] == "publish"
+    assert before["publication"] is None
+
+    approved = cli.ok("approve", thread_id, "--user", "bob", "--note", "ok")
+    assert "archive key" in approved.stdout
+
+    after = cli.ok("status", thread_id, "--json").json()
+    assert after["status"] == "published" and after["next"] == []
+    key = after["publication"]["key"]
+    assert key in cli.ok("status", thread_id).stdout
+    files = list((cli.data_dir / "reports").glob("*.json"))
+    assert [f.stem for f in files] == [key]
+    document = json.loads(files[0].read_text())
+    assert "bundled snapshot, as of 2025-02-14" in document["markdown"]
+    assert document["approved_by"] == "bob" and document["approval_note"] == "ok"
+    listed = cli.ok("reports", "list", "--json").json()
+    assert [r["key"] for r in listed] == [key]
+    assert "bundled snapshot, as of 2025-02-14" in cli.ok("reports", "show", key).stdout
+
+
+def test_analyze_json_has_the_draft_fields(cli: Cli):
+    data = cli.ok("analyze", "MSFT", "--json", "--question", "Is it a buy?").json()
+    for field in ("thread_id", "pending_node", "recommendation", "confidence", "figures", "as_of", "data_source"):
+        assert field in data, field
+    assert data["pending_node"] == "publish"
+    assert data["as_of"] == "2021-03-31"
+    assert data["data_source"] == "bundled snapshot, as of 2021-03-31"
+    assert data["recommendation"] in ("buy", "hold", "sell")
+    assert data["draft"]["question"] == "Is it a buy?"
+
+
+def test_approving_twice_publishes_once(cli: Cli):
+    thread_id = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]
+    cli.ok("approve", thread_id)
+    again = cli.fails("approve", thread_id)
+    key = cli.ok("status", thread_id, "--json").json()["publication"]["key"]
+    assert "already published" in again.stderr and key in again.stderr
+    assert len(list((cli.data_dir / "reports").glob("*.json"))) == 1
+
+
+def test_reject_ends_the_run_and_publishes_nothing(cli: Cli):
+    thread_id = cli.ok("analyze", "NFLX", "--json").json()["thread_id"]
+    cli.ok("reject", thread_id, "--reason", "too risky for now")
+    status = cli.ok("status", thread_id, "--json").json()
+    assert status["status"] == "rejected" and status["approval"]["note"] == "too risky for now"
+    refused = cli.fails("approve", thread_id)
+    assert "rejected" in refused.stderr
+    assert not list((cli.data_dir / "reports").glob("*.json"))
+
+
+def test_analyze_with_an_existing_thread_id_refuses(cli: Cli):
+    cli.ok("analyze", "NVDA", "--thread-id", "mine-1")
+    refused = cli.fails("analyze", "MSFT", "--thread-id", "mine-1")
+    assert "status mine-1" in refused.stderr and "resume mine-1" in refused.stderr
+    assert cli.ok("status", "mine-1", "--json").json()["ticker"] == "NVDA"
+
+
+def test_same_input_same_draft(cli: Cli):
+    a = cli.ok("analyze", "NVDA", "--json", "--user", "ann").json()
+    b = cli.ok("analyze", "NVDA", "--json", "--user", "ann").json()
+    assert a["thread_id"] != b["thread_id"]
+    assert a["draft"] == b["draft"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("analyze", "ZZZZ"), "no data for ticker ZZZZ"),
+        (("analyze", "../x"), "malformed ticker"),
+        (("analyze", ""), "ticker is empty"),
+        (("analyze", "A" * 40), "malformed ticker"),
+        (("approve", "no-such-thread"), "unknown thread no-such-thread"),
+        (("status", "no-such-thread"), "unknown thread no-such-thread"),
+        (("reject", "some-thread"), "--reason"),
+        (("analyze", "NVDA", "--durability", "sometimes"), "--durability"),
+        (("analyze", "NVDA", "--user", "a b"), "invalid user ID"),
+        (("approve", "../../etc"), "invalid thread ID"),
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(cli: Cli, args: tuple[str, ...], needle: str):
+    result = cli.fails(*args)
+    assert needle in result.stderr
+
+
+def test_reject_with_a_blank_reason_is_refused(cli: Cli):
+    thread_id = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]
+    assert "needs a reason" in cli.fails("reject", thread_id, "--reason", "  ").stderr
+    assert cli.ok("status", thread_id, "--json").json()["status"] == "awaiting_approval"
+
+
+def test_unreachable_postgres_names_host_and_port_but_not_the_password(cli: Cli):
+    url = "postgresql://analyst:hunter2secret@127.0.0.1:9/markets"
+    result = cli.fails("analyze", "NVDA", extra_env={"POSTGRES_URL": url})
+    assert "127.0.0.1:9" in result.stderr
+    assert "hunter2secret" not in result.stderr
+    assert "docker compose" in result.stderr
+
+
+def test_bad_input_writes_no_state(cli: Cli):
+    cli.fails("analyze", "ZZZZ", "--thread-id", "bad-1")
+    assert "unknown thread bad-1" in cli.fails("status", "bad-1").stderr
+
+
+def test_every_command_has_help(cli: Cli):
+    for command in (["analyze"], ["approve"], ["reject"], ["revise"], ["resume"], ["status"], ["threads"],
+                    ["reports", "list"], ["reports", "show"]):
+        assert "Usage" in cli.ok(*command, "--help").stdout

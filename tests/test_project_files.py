@@ -1,0 +1,51 @@
+"""Files that must stay true: the Mermaid drawing, langgraph.json, .env.example, the README's commands."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from market_analyst.graph import mermaid
+from market_analyst.settings import VARIABLES
+from tests.conftest import REPO, Cli, clean_environ
+
+
+def test_mermaid_drawing_is_current():
+    assert (REPO / "graphs" / "analyst.mmd").read_text() == mermaid(), "run: make graph"
+
+
+def test_langgraph_json_exports_the_graph_module():
+    config = json.loads((REPO / "langgraph.json").read_text())
+    assert config["graphs"]["analyst"] == "./graphs/analyst.py:graph"
+    code = "import runpy; g = runpy.run_path('graphs/analyst.py')['graph']; print(sorted(g.nodes))"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO, env=clean_environ() | {"MA_DATA_DIR": "/nonexistent-never-created"}, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "publish" in result.stdout
+    assert not Path("/nonexistent-never-created").exists()  # exporting the graph opens no store
+
+
+def test_env_example_lists_every_variable_with_its_default():
+    listed = dict(
+        line.split("=", 1) for line in (REPO / ".env.example").read_text().splitlines() if line and not line.startswith("#")
+    )
+    assert listed == VARIABLES
+
+
+def test_readme_cli_examples_name_real_commands(cli: Cli):
+    readme = (REPO / "README.md").read_text()
+    commands = set(re.findall(r"^\s*market-analyst ([a-z]+(?: (?:list|show|search|set|delete))?)", readme, re.M))
+    assert len(commands) >= 8
+    for command in sorted(commands):
+        assert "Usage" in cli.ok(*command.split(), "--help").stdout, command
+
+
+def test_readme_names_the_setup_and_test_commands():
+    readme = (REPO / "README.md").read_text()
+    assert "make install && make demo" in readme
+    assert "make test" in readme
