@@ -1,0 +1,263 @@
+"""The Redis checkpointer: `RedisSaver` (or `ShallowRedisSaver`) behind a preflight, plus its lease.
+
+The preflight runs before anything is written: the server must answer, and must have the search
+(>= 2.6) and JSON modules that `langgraph-checkpoint-redis` builds on (Redis 8 or Redis Stack).
+
+The lease keeps one writer per thread: a key set with NX and an expiry, renewed by a background
+thread while the command runs, and deleted on exit only by the holder that set it. A killed holder
+cannot release it, so it expires after `MA_LEASE_TTL_SECONDS`. Each acquisition takes a fencing token
+from a per-thread counter; before every checkpoint write the saver checks that its token still holds
+the lease, so a holder that stalled past its expiry stops instead of writing over its successor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.checkpoint.redis import RedisSaver
+from langgraph.checkpoint.redis.shallow import ShallowRedisSaver
+
+from market_analyst.errors import ThreadBusy, UserError
+from market_analyst.persistence.checkpointers import CONNECT_TIMEOUT_SECONDS, redact_url
+from market_analyst.settings import Settings
+
+# Module versions are encoded as major*10000 + minor*100 + patch.
+MIN_SEARCH_VERSION = 20600
+LEASE_PREFIX = "market-analyst:lease:"
+FENCE_PREFIX = "market-analyst:fence:"
+START_HINT = "start one with 'docker compose up -d redis' (redis:8) or a Redis Stack server"
+
+# KEYS[1] lease, KEYS[2] fence counter; ARGV[1] ttl in ms. The token is taken only when the lease is
+# free, so tokens count acquisitions and only grow.
+_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
+return token
+"""
+# Renew and release touch the key only while it still holds our token: after an expiry the key may
+# belong to another command, whose lease must survive us.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class LeaseLost(UserError):
+    """The command's lease expired while it ran (it stalled past the TTL); it writes nothing more."""
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(
+            f"thread {thread_id}: this command lost its lease (it stalled longer than MA_LEASE_TTL_SECONDS) "
+            f"and stopped before writing again; see 'market-analyst status {thread_id}'"
+        )
+        self.thread_id = thread_id
+
+
+@dataclass
+class _Fences:
+    """The fencing tokens of the leases this process holds, checked before each checkpoint write."""
+
+    client: Any
+    held: dict[str, int] = field(default_factory=dict)
+
+    def check(self, config: Any) -> None:
+        thread_id = (config or {}).get("configurable", {}).get("thread_id")
+        token = self.held.get(thread_id) if thread_id is not None else None
+        if token is None:
+            return  # no lease taken for this thread (a read-only command, or a test driving the graph)
+        current = self.client.get(LEASE_PREFIX + thread_id)
+        if current is None or int(current) != token:
+            raise LeaseLost(thread_id)
+
+
+class _FencedWrites:
+    """Checks the lease's fencing token before the saver writes a checkpoint or pending writes."""
+
+    fences: _Fences | None = None
+
+    def put(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.fences is not None:
+            self.fences.check(config)
+        return super().put(config, *args, **kwargs)  # type: ignore[misc]
+
+    def put_writes(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.fences is not None:
+            self.fences.check(config)
+        return super().put_writes(config, *args, **kwargs)  # type: ignore[misc]
+
+
+class FencedRedisSaver(_FencedWrites, RedisSaver):
+    """`RedisSaver` (full history) that refuses to write for a thread whose lease it lost."""
+
+
+class FencedShallowRedisSaver(_FencedWrites, ShallowRedisSaver):
+    """`ShallowRedisSaver` (latest checkpoint only) that refuses to write for a lost lease."""
+
+
+@dataclass
+class RedisBackend:
+    """A ready Redis saver and the per-thread lease on the same server."""
+
+    saver: Any
+    client: Any
+    description: str
+    lease_ttl_seconds: float
+    fences: _Fences
+
+    @contextmanager
+    def lease(self, thread_id: str) -> Iterator[None]:
+        """Hold the thread's lease for the block, renewing it; raise `ThreadBusy` at once if taken."""
+        key = LEASE_PREFIX + thread_id
+        ttl_ms = max(1, int(self.lease_ttl_seconds * 1000))
+        token = int(self.client.eval(_ACQUIRE, 2, key, FENCE_PREFIX + thread_id, ttl_ms))
+        if not token:
+            raise ThreadBusy(thread_id)
+        stop = threading.Event()
+        renewer = threading.Thread(
+            target=self._renew, args=(key, token, ttl_ms, stop), name=f"lease-{thread_id}", daemon=True
+        )
+        self.fences.held[thread_id] = token
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
+            self.fences.held.pop(thread_id, None)
+            self.client.eval(_RELEASE, 1, key, token)
+
+    def _renew(self, key: str, token: int, ttl_ms: int, stop: threading.Event) -> None:
+        # Three renewals per TTL: one missed renewal (a slow round trip) does not lose the lease.
+        while not stop.wait(ttl_ms / 3000):
+            try:
+                if not self.client.eval(_RENEW, 1, key, token, ttl_ms):
+                    return  # expired and possibly taken: the fence check stops the next write
+            except Exception:  # noqa: BLE001 - a dropped connection is retried on the next tick
+                continue
+
+    def thread_ids(self) -> list[str]:
+        """Every thread with at least one checkpoint, from the saver's search index."""
+        from redis.commands.search.aggregation import AggregateRequest
+
+        search = self.client.ft(self.saver.checkpoints_index.name)
+        # A cursor pages through the groups: a plain aggregate stops at the server's result limit.
+        result = search.aggregate(AggregateRequest("*").load("@thread_id").group_by("@thread_id").cursor(count=1000))
+        ids: set[str] = set()
+        while True:
+            for row in result.rows:
+                fields = dict(zip(row[::2], row[1::2], strict=False))
+                value = fields.get(b"thread_id", fields.get("thread_id"))
+                if value is not None:
+                    ids.add(value.decode() if isinstance(value, bytes) else str(value))
+            if not result.cursor or not result.cursor.cid:
+                return sorted(ids)
+            result = search.aggregate(result.cursor)
+
+
+def _module_versions(client: Any) -> dict[str, int] | None:
+    """Loaded modules by lower-cased name, or None when the server does not let us ask."""
+    from redis.exceptions import ResponseError
+
+    try:
+        modules = client.execute_command("MODULE", "LIST")
+    except ResponseError:
+        return None  # MODULE LIST is refused by some hosted servers; setup() is the final check
+    versions: dict[str, int] = {}
+    for module in modules:
+        if isinstance(module, dict):
+            entry = module
+        else:
+            entry = dict(zip(module[::2], module[1::2], strict=False))
+        entry = {(k.decode() if isinstance(k, bytes) else k): v for k, v in entry.items()}
+        name = entry.get("name", b"")
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        versions[name.lower()] = int(entry.get("ver", 0))
+    return versions
+
+
+def preflight(client: Any, description: str) -> None:
+    """Raise `UserError` unless the server answers and has search >= 2.6 and JSON; writes nothing."""
+    from redis.exceptions import AuthenticationError, ConnectionError, ResponseError, TimeoutError
+
+    try:
+        client.ping()
+    except AuthenticationError:
+        raise UserError(
+            f"Redis at {description} refused the login: check the user and password in REDIS_URL"
+        ) from None
+    except (ConnectionError, TimeoutError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot connect to Redis at {description}: {reason.rstrip('.')}; {START_HINT}") from None
+    except ResponseError as exc:  # NOAUTH and friends arrive as plain errors on some servers
+        raise UserError(f"Redis at {description} refused the connection: {exc}") from None
+    versions = _module_versions(client)
+    if versions is None:
+        return
+    missing = []
+    search = versions.get("search", versions.get("ft"))
+    if search is None:
+        missing.append("the search module (RediSearch >= 2.6)")
+    elif search < MIN_SEARCH_VERSION:
+        missing.append(f"search module >= 2.6 (it has {search // 10000}.{search // 100 % 100}.{search % 100})")
+    if "rejson" not in versions and "json" not in versions:
+        missing.append("the JSON module (RedisJSON)")
+    if missing:
+        raise UserError(
+            f"Redis at {description} lacks {' and '.join(missing)}, which the Redis checkpointer needs; "
+            "use Redis 8 ('docker compose up -d redis' runs redis:8) or Redis Stack"
+        )
+
+
+def _setup(saver: Any) -> None:
+    from redisvl.exceptions import RedisSearchError
+
+    try:
+        saver.setup()
+    except RedisSearchError:
+        # Two processes creating the indexes at once: the loser finds them there and carries on.
+        saver.setup()
+
+
+@contextmanager
+def open_redis(settings: Settings) -> Iterator[RedisBackend]:
+    """Connect to `REDIS_URL`, check the server, set up the saver's indexes and yield the backend."""
+    from redis import Redis
+
+    if not settings.redis_url:
+        raise UserError(
+            "MA_CHECKPOINTER=redis needs REDIS_URL (e.g. redis://localhost:6379/0); " + START_HINT
+        )
+    description = redact_url(settings.redis_url)
+    try:
+        client = Redis.from_url(
+            settings.redis_url,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            health_check_interval=30,
+        )
+    except ValueError as exc:
+        raise UserError(f"REDIS_URL is not a Redis URL ({description}): {exc}") from None
+    try:
+        preflight(client, description)
+        fences = _Fences(client)
+        saver_class = FencedShallowRedisSaver if settings.redis_shallow else FencedRedisSaver
+        saver = saver_class(redis_client=client)
+        saver.fences = fences
+        _setup(saver)
+        yield RedisBackend(
+            saver=saver,
+            client=client,
+            description=description,
+            lease_ttl_seconds=settings.lease_ttl_seconds,
+            fences=fences,
+        )
+    finally:
+        client.close()
