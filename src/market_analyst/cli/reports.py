@@ -1,4 +1,4 @@
-"""`reports list|show`: read the archive of published reports."""
+"""`reports list|show|search`: read the archive of published reports."""
 
 from __future__ import annotations
 
@@ -10,33 +10,47 @@ from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
 
 app = typer.Typer(help="Read published reports from the archive.", no_args_is_help=True)
 
+TICKER_OPTION = typer.Option(None, "--ticker", help="Only reports on this ticker.")
+USER_OPTION = typer.Option(None, "--user", help="Only reports of this user.")
 
-@app.command("list")
-def list_reports(json_output: bool = JSON_OPTION) -> None:
-    """List published reports, oldest first; unreadable documents are skipped with a warning."""
+
+def _print_listing(ticker: str | None, user: str | None, text: str | None, json_output: bool) -> None:
     from market_analyst.persistence.archive import ReportArchive
 
     archive = ReportArchive(load_settings().archive_dir)
-    listed = archive.list()
-    for item in listed:
-        if item.problem:
-            print(f"warning: skipped {item.problem}", file=sys.stderr)
-    good = [item for item in listed if item.document is not None]
+    listing = archive.search(ticker=ticker, user_id=user, text=text)
+    for problem in listing.problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
     if json_output:
-        emit_json(
-            [
-                {k: item.document[k] for k in ("key", "ticker", "user_id", "created_at", "approved_by", "as_of")}
-                | {"recommendation": item.document["report"]["recommendation"]}
-                for item in good
-                if item.document is not None
-            ]
-        )
+        emit_json([r.to_json() for r in listing.reports])
         return
-    if not good:
-        print(f"No published reports in {archive.root}.", file=sys.stderr)
-    for item in good:
-        d = item.document or {}
-        print(f"{d['key']}  {d['ticker']:<6} {d['report']['recommendation']:<5} {d['created_at']}  by {d['approved_by']}")
+    if not listing.reports:
+        print(f"No matching reports in {archive.root}.", file=sys.stderr)
+    for r in listing.reports:
+        print(f"{r.key}  {r.ticker:<6} {r.recommendation:<5} {r.created_at}  user {r.user_id}  approved by {r.approved_by}")
+
+
+@app.command("list")
+def list_reports(
+    ticker: str = TICKER_OPTION, user: str = USER_OPTION, json_output: bool = JSON_OPTION
+) -> None:
+    """List published reports, oldest first; unreadable documents are skipped with a warning."""
+    _print_listing(ticker, user, None, json_output)
+
+
+@app.command("search")
+def search_reports(
+    text: str = typer.Argument(None, help="Text the report must contain (case-insensitive)."),
+    ticker: str = TICKER_OPTION,
+    user: str = USER_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Find published reports by text, ticker and user."""
+    from market_analyst.errors import UserError
+
+    if not (text or ticker or user):
+        raise UserError("reports search needs text, --ticker or --user (or use: market-analyst reports list)")
+    _print_listing(ticker, user, text, json_output)
 
 
 @app.command("show")

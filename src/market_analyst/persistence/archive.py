@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from market_analyst.errors import UserError
 SCHEMA_VERSION = 1
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 MAX_KEY_LENGTH = 128
+INDEX_NAME = ".index.sqlite3"
 
 
 class ArchiveError(UserError):
@@ -37,12 +39,29 @@ class PublishResult:
 
 
 @dataclass(frozen=True)
-class ListedReport:
-    """One readable document, or the name of one that could not be read."""
+class ReportSummary:
+    """The fields `reports list` and `reports search` show, as the index keeps them."""
 
     key: str
-    document: dict[str, Any] | None
-    problem: str | None = None
+    ticker: str
+    user_id: str | None
+    created_at: str
+    approved_by: str
+    recommendation: str
+    as_of: str
+    headline: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as plain data."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Summaries of readable documents, and one line for each document that could not be read."""
+
+    reports: list[ReportSummary]
+    problems: list[str]
 
 
 def operation_key(ticker: str, as_of: str, operation_id: str) -> str:
@@ -127,6 +146,7 @@ class ReportArchive:
                 tmp.unlink()
         self._fsync_root()
         if created:
+            self._index_document(key, document)
             return PublishResult(key, document, True)
         existing = self.path_for(key).read_bytes()
         if existing != payload:
@@ -174,16 +194,111 @@ class ReportArchive:
             return []
         return sorted(p.name[:-5] for p in self.root.iterdir() if p.name.endswith(".json") and not p.name.startswith("."))
 
-    def list(self) -> list[ListedReport]:
-        """Every document, oldest first; unreadable ones are returned with the problem named."""
-        listed: list[ListedReport] = []
-        for key in self.keys():
+    # -- the index ------------------------------------------------------------------------------
+    #
+    # Documents are the truth; `.index.sqlite3` is a cache of their summaries so that listing and
+    # searching need not parse every file. Each listing reconciles the index with the directory by
+    # name, size and modification time, so a document written by a process that died before indexing
+    # it, or changed or damaged afterwards, is (re)read then.
+
+    @property
+    def index_path(self) -> Path:
+        """The SQLite file that caches document summaries."""
+        return self.root / INDEX_NAME
+
+    def _connect_index(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.index_path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, ticker TEXT, user_id TEXT, "
+            "created_at TEXT, approved_by TEXT, recommendation TEXT, as_of TEXT, headline TEXT, "
+            "search_text TEXT, size INTEGER, mtime_ns INTEGER)"
+        )
+        return conn
+
+    @staticmethod
+    def _row(key: str, document: dict[str, Any], size: int, mtime_ns: int) -> tuple[Any, ...]:
+        report = document.get("report") or {}
+        text = " ".join(
+            str(part)
+            for part in (key, document.get("ticker"), document.get("user_id"), report.get("headline"),
+                         document.get("markdown"))
+        )
+        return (
+            key, document.get("ticker", ""), document.get("user_id"), document.get("created_at", ""),
+            document.get("approved_by", ""), report.get("recommendation", ""), document.get("as_of", ""),
+            report.get("headline", ""), text.casefold(), size, mtime_ns,
+        )
+
+    def _index_document(self, key: str, document: dict[str, Any]) -> None:
+        path = self.path_for(key)
+        try:
+            stat = path.stat()
+            with contextlib.closing(self._connect_index()) as conn:
+                conn.execute(
+                    "INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    self._row(key, document, stat.st_size, stat.st_mtime_ns),
+                )
+        except (OSError, sqlite3.Error):
+            pass  # the next listing indexes it from the document itself
+
+    def _reconcile(self, conn: sqlite3.Connection) -> list[str]:
+        """Bring the index in line with the directory; return one line per unreadable document."""
+        on_disk: dict[str, tuple[int, int]] = {}
+        for entry in os.scandir(self.root):
+            if entry.name.endswith(".json") and not entry.name.startswith("."):
+                stat = entry.stat()
+                on_disk[entry.name[:-5]] = (stat.st_size, stat.st_mtime_ns)
+        indexed = {k: (size, mtime) for k, size, mtime in conn.execute("SELECT key, size, mtime_ns FROM reports")}
+        gone = [k for k in indexed if k not in on_disk]
+        stale = [k for k, stamp in on_disk.items() if indexed.get(k) != stamp]
+        problems: list[str] = []
+        rows = []
+        for key in sorted(stale):
             try:
                 document = self.get(key)
             except ArchiveError as exc:
-                listed.append(ListedReport(key, None, str(exc)))
+                problems.append(str(exc))
+                gone.append(key)
                 continue
             if document is not None:
-                listed.append(ListedReport(key, document))
-        listed.sort(key=lambda r: ((r.document or {}).get("created_at", ""), r.key))
-        return listed
+                size, mtime = on_disk[key]
+                rows.append(self._row(key, document, size, mtime))
+        if gone or rows:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("DELETE FROM reports WHERE key = ?", [(k,) for k in gone])
+            conn.executemany("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            conn.execute("COMMIT")
+        return problems
+
+    def search(self, *, ticker: str | None = None, user_id: str | None = None, text: str | None = None) -> Listing:
+        """Reports matching every filter given (ticker and user exactly, text as a case-blind
+        substring of the report), oldest first, plus a line for each unreadable document."""
+        if not self.root.is_dir():
+            return Listing([], [])
+        try:
+            conn = self._connect_index()
+        except sqlite3.Error as exc:
+            raise ArchiveError(f"cannot open the archive index {self.index_path}: {exc}") from None
+        with contextlib.closing(conn):
+            problems = self._reconcile(conn)
+            where, args = [], []
+            if ticker:
+                where.append("ticker = ?")
+                args.append(ticker.upper())
+            if user_id:
+                where.append("user_id = ?")
+                args.append(user_id)
+            if text:
+                where.append("instr(search_text, ?) > 0")
+                args.append(text.casefold())
+            sql = (
+                "SELECT key, ticker, user_id, created_at, approved_by, recommendation, as_of, headline "
+                "FROM reports" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at, key"
+            )
+            reports = [ReportSummary(*row) for row in conn.execute(sql, args)]
+        return Listing(reports, problems)
+
+    def list(self) -> Listing:
+        """Every readable report, oldest first, plus a line for each unreadable document."""
+        return self.search()

@@ -1,0 +1,144 @@
+"""Exactly-once publishing and one writer per thread, proven with real processes that die."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from market_analyst.deps import Deps
+from market_analyst.graph import build_graph
+from market_analyst.persistence.checkpointers import open_checkpointer
+from market_analyst.settings import Settings
+from tests.conftest import REPO, Cli, market_analyst_command
+
+FIXED_CLOCK = {"SOURCE_DATE_EPOCH": "1739577600"}  # 2025-02-15T00:00:00Z: approvals get the same time
+
+
+def run_with_kill(cli: Cli, kill_point: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a child process that SIGKILLs itself at `kill_point`."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.crash_child", kill_point, *args],
+        cwd=REPO, env=cli.env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+
+
+def archive_files(cli: Cli) -> list[Path]:
+    return sorted((cli.data_dir / "reports").glob("*.json"))
+
+
+def reference_document(cli_factory, thread_id: str, ticker: str = "NVDA") -> bytes:
+    """The document an uncrashed run writes for these inputs, in a store of its own."""
+    ref = cli_factory()
+    ref.env.update(FIXED_CLOCK)
+    ref.ok("analyze", ticker, "--thread-id", thread_id, "--user", "ann")
+    ref.ok("approve", thread_id, "--user", "bob")
+    [path] = archive_files(ref)
+    return path.read_bytes()
+
+
+def test_publish_killed_after_the_archive_write_publishes_exactly_once(cli: Cli, fresh_cli):
+    expected = reference_document(fresh_cli, "crash-publish")
+    cli.env.update(FIXED_CLOCK)
+    cli.ok("analyze", "NVDA", "--thread-id", "crash-publish", "--user", "ann")
+
+    killed = run_with_kill(cli, "after-archive-write", "approve", "crash-publish", "--user", "bob")
+    assert killed.returncode == -9, killed.stderr
+    assert len(archive_files(cli)) == 1  # the write happened...
+    status = cli.ok("status", "crash-publish", "--json").json()
+    assert status["status"] == "approved_pending_publish"  # ...but the checkpoint did not
+    assert status["approval"]["by"] == "bob"  # the approval survived the crash
+
+    again = cli.ok("approve", "crash-publish", "--user", "bob")
+    assert "already held this operation's report" in again.stdout
+    files = archive_files(cli)
+    assert len(files) == 1
+    assert files[0].read_bytes() == expected
+    assert cli.ok("status", "crash-publish", "--json").json()["status"] == "published"
+    assert "already published" in cli.fails("approve", "crash-publish").stderr
+
+
+def test_resume_also_finishes_a_publish_killed_after_the_write(cli: Cli):
+    cli.ok("analyze", "MSFT", "--thread-id", "crash-resume")
+    assert run_with_kill(cli, "after-archive-write", "approve", "crash-resume").returncode == -9
+    resumed = cli.ok("resume", "crash-resume", "--json").json()
+    assert resumed["status"] == "published"
+    assert resumed["publication"]["created"] is False
+    assert len(archive_files(cli)) == 1
+
+
+def _history_is_linear(settings: Settings, thread_id: str) -> tuple[bool, int]:
+    with open_checkpointer(settings) as backend:
+        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+        history = list(graph.get_state_history({"configurable": {"thread_id": thread_id}}))
+    parents = [h.parent_config["configurable"]["checkpoint_id"] for h in history if h.parent_config]
+    return len(parents) == len(set(parents)) and len(parents) == len(history) - 1, len(history)
+
+
+def test_eight_concurrent_approvals_publish_once_without_forking_the_thread(cli: Cli):
+    cli.ok("analyze", "NVDA", "--thread-id", "race")
+    procs = [
+        subprocess.Popen(
+            [*market_analyst_command(), "approve", "race", "--user", f"approver{i}"],
+            cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        for i in range(8)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        results.append((proc.returncode, out, err))
+    successes = [r for r in results if r[0] == 0]
+    refusals = [r for r in results if r[0] != 0]
+    assert len(successes) == 1, results
+    assert len(refusals) == 7
+    for code, _, err in refusals:
+        assert code == 2 and "Traceback" not in err
+        assert "is busy" in err or "already published" in err, err
+    assert len(archive_files(cli)) == 1
+    linear, count = _history_is_linear(Settings.load(environ=cli.env, dotenv=None), "race")
+    assert linear, "two writers forked the checkpoint chain"
+    assert count >= 6
+
+
+def test_a_busy_thread_refuses_a_second_command_and_changes_nothing(cli: Cli):
+    cli.ok("analyze", "NVDA", "--thread-id", "held")
+    before = cli.ok("status", "held", "--json").json()
+    # Hold the thread's lease from another process for the duration of the check.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LEASE, "held"], cwd=REPO, env=cli.env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        for args in (("approve", "held"), ("reject", "held", "--reason", "x"), ("resume", "held"),
+                     ("revise", "held", "--feedback", "x")):
+            result = cli.fails(*args)
+            assert "thread held is busy" in result.stderr, result.stderr
+        assert cli.ok("status", "held", "--json").json() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    # A lease held by a killed process is released with its session.
+    deadline = time.monotonic() + 60
+    while True:
+        result = cli.run("approve", "held")
+        if result.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert result.returncode == 0, result.stderr
+    assert len(archive_files(cli)) == 1
+
+
+HOLD_LEASE = """
+import sys, time
+from market_analyst.persistence.checkpointers import open_checkpointer
+from market_analyst.settings import Settings
+with open_checkpointer(Settings.load(dotenv=None)) as backend:
+    with backend.lease(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(600)
+"""
