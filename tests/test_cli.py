@@ -1,5 +1,6 @@
-"""The real CLI in real processes, against a real PostgreSQL: the analyst's and approver's journeys,
-and every bad input the core names (one line on stderr, non-zero exit, no traceback)."""
+"""The real CLI in real processes: the analyst's and approver's journeys against each real
+checkpointer (PostgreSQL and Redis), and every bad input the core names (one line on stderr,
+non-zero exit, no traceback), which does not depend on the store and runs on PostgreSQL only."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import json
 
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, both_backends, unique_id
 
 
+@both_backends
 def test_analyze_then_approve_from_a_second_process(cli: Cli):
     analyzed = cli.ok("analyze", "NVDA")
     first_line = analyzed.stdout.splitlines()[0]
@@ -41,7 +43,8 @@ def test_analyze_then_approve_from_a_second_process(cli: Cli):
 
 def test_analyze_json_has_the_draft_fields(cli: Cli):
     data = cli.ok("analyze", "MSFT", "--json", "--question", "Is it a buy?").json()
-    for field in ("thread_id", "pending_node", "recommendation", "confidence", "figures", "as_of", "data_source"):
+    fields = ("thread_id", "pending_node", "recommendation", "confidence", "figures", "as_of", "data_source")
+    for field in fields:
         assert field in data, field
     assert data["pending_node"] == "publish"
     assert data["as_of"] == "2021-03-31"
@@ -50,6 +53,7 @@ def test_analyze_json_has_the_draft_fields(cli: Cli):
     assert data["draft"]["question"] == "Is it a buy?"
 
 
+@both_backends
 def test_approving_twice_publishes_once(cli: Cli):
     thread_id = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]
     cli.ok("approve", thread_id)
@@ -59,6 +63,7 @@ def test_approving_twice_publishes_once(cli: Cli):
     assert len(list((cli.data_dir / "reports").glob("*.json"))) == 1
 
 
+@both_backends
 def test_reject_ends_the_run_and_publishes_nothing(cli: Cli):
     thread_id = cli.ok("analyze", "NFLX", "--json").json()["thread_id"]
     cli.ok("reject", thread_id, "--reason", "too risky for now")
@@ -69,11 +74,13 @@ def test_reject_ends_the_run_and_publishes_nothing(cli: Cli):
     assert not list((cli.data_dir / "reports").glob("*.json"))
 
 
+@both_backends
 def test_analyze_with_an_existing_thread_id_refuses(cli: Cli):
-    cli.ok("analyze", "NVDA", "--thread-id", "mine-1")
-    refused = cli.fails("analyze", "MSFT", "--thread-id", "mine-1")
-    assert "status mine-1" in refused.stderr and "resume mine-1" in refused.stderr
-    assert cli.ok("status", "mine-1", "--json").json()["ticker"] == "NVDA"
+    mine = unique_id("mine")
+    cli.ok("analyze", "NVDA", "--thread-id", mine)
+    refused = cli.fails("analyze", "MSFT", "--thread-id", mine)
+    assert f"status {mine}" in refused.stderr and f"resume {mine}" in refused.stderr
+    assert cli.ok("status", mine, "--json").json()["ticker"] == "NVDA"
 
 
 def test_same_input_same_draft(cli: Cli):
@@ -103,6 +110,7 @@ def test_bad_input_is_one_line_and_non_zero(cli: Cli, args: tuple[str, ...], nee
     assert needle in result.stderr
 
 
+@both_backends
 def test_reject_with_a_blank_reason_is_refused(cli: Cli):
     thread_id = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]
     assert "needs a reason" in cli.fails("reject", thread_id, "--reason", "  ").stderr
@@ -117,9 +125,11 @@ def test_unreachable_postgres_names_host_and_port_but_not_the_password(cli: Cli)
     assert "docker compose" in result.stderr
 
 
+@both_backends
 def test_bad_input_writes_no_state(cli: Cli):
-    cli.fails("analyze", "ZZZZ", "--thread-id", "bad-1")
-    assert "unknown thread bad-1" in cli.fails("status", "bad-1").stderr
+    bad = unique_id("bad")
+    cli.fails("analyze", "ZZZZ", "--thread-id", bad)
+    assert f"unknown thread {bad}" in cli.fails("status", bad).stderr
 
 
 def test_every_command_has_help(cli: Cli):

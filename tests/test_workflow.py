@@ -1,5 +1,6 @@
-"""The graph against a real PostgreSQL: pause at the gate, approve over a new connection, reject,
-approve twice, unknown threads. No saver is mocked and the real graph is compiled every time."""
+"""The graph against each real checkpointer (PostgreSQL and Redis): pause at the gate, approve over a
+new connection, reject, approve twice, unknown threads. No saver is mocked and the real graph is
+compiled every time."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from market_analyst.persistence.archive import ReportArchive
 from market_analyst.persistence.checkpointers import open_checkpointer
 from market_analyst.settings import Settings
 from market_analyst.workflow import approve_thread, reject_thread, start_analysis, thread_status
+from tests.conftest import BACKENDS, checkpointer_env, unique_id
 
 
-@pytest.fixture
-def settings(tmp_path: Path, postgres_url: str) -> Settings:
-    return Settings.load(environ={"MA_DATA_DIR": str(tmp_path / "data"), "POSTGRES_URL": postgres_url}, dotenv=None)
+@pytest.fixture(params=BACKENDS)
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    environ = {"MA_DATA_DIR": str(tmp_path / "data")} | checkpointer_env(request, request.param)
+    return Settings.load(environ=environ, dotenv=None)
 
 
 def _config(thread_id: str) -> dict:
@@ -27,88 +30,102 @@ def _config(thread_id: str) -> dict:
 
 
 def test_run_pauses_before_publish_and_a_new_graph_over_a_new_connection_finishes_it(settings: Settings):
+    thread = unique_id("t-1")
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
-        graph.invoke({"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}, _config("t-1"))
-        snapshot = graph.get_state(_config("t-1"))
+        graph.invoke({"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}, _config(thread))
+        snapshot = graph.get_state(_config(thread))
         assert snapshot.next == ("publish",)
         assert snapshot.values["draft"]["data_source"] == "bundled snapshot, as of 2025-02-14"
         assert ReportArchive(settings.archive_dir).keys() == []
 
-    # A different graph object over a different connection: the state comes from PostgreSQL alone.
-    view = approve_thread(settings, "t-1", user="bob", note="fine")
+    # A different graph object over a different connection: the state comes from the store alone.
+    view = approve_thread(settings, thread, user="bob", note="fine")
     assert view.status == "published"
     archive = ReportArchive(settings.archive_dir)
     assert archive.keys() == [view.publication["key"]]
     document = archive.get(view.publication["key"])
-    assert document["approved_by"] == "bob" and document["thread_id"] == "t-1"
+    assert document["approved_by"] == "bob" and document["thread_id"] == thread
     assert "bundled snapshot, as of 2025-02-14" in document["markdown"]
 
 
 def test_state_holds_no_raw_price_series(settings: Settings):
-    view = start_analysis(settings, "NVDA", thread_id="t-small")
+    thread = unique_id("t-small")
+    view = start_analysis(settings, "NVDA", thread_id=thread)
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
-        values = graph.get_state(_config("t-small")).values
+        values = graph.get_state(_config(thread)).values
     assert view.status == "awaiting_approval"
     assert len(repr(values)) < 20_000  # 6,558 prices would be far larger
     assert not any(isinstance(v, list) and len(v) > 100 for v in values["market"]["figures"].values())
 
 
 def test_rejected_run_ends_with_nothing_published(settings: Settings):
-    start_analysis(settings, "MSFT", thread_id="t-rej")
-    view = reject_thread(settings, "t-rej", reason="numbers are stale", user="bob")
+    thread = unique_id("t-rej")
+    start_analysis(settings, "MSFT", thread_id=thread)
+    view = reject_thread(settings, thread, reason="numbers are stale", user="bob")
     assert view.status == "rejected" and view.next == []
     assert view.approval["note"] == "numbers are stale"
     assert ReportArchive(settings.archive_dir).keys() == []
     with pytest.raises(UserError, match="was rejected"):
-        approve_thread(settings, "t-rej", user="bob")
+        approve_thread(settings, thread, user="bob")
     assert ReportArchive(settings.archive_dir).keys() == []
 
 
 def test_approving_twice_publishes_once_and_says_so(settings: Settings):
-    start_analysis(settings, "NVDA", thread_id="t-twice")
-    first = approve_thread(settings, "t-twice", user="bob")
+    thread = unique_id("t-twice")
+    start_analysis(settings, "NVDA", thread_id=thread)
+    first = approve_thread(settings, thread, user="bob")
     with pytest.raises(UserError, match=f"already published \\(archive key {first.publication['key']}\\)"):
-        approve_thread(settings, "t-twice", user="bob")
+        approve_thread(settings, thread, user="bob")
     assert ReportArchive(settings.archive_dir).keys() == [first.publication["key"]]
 
 
 def test_unknown_thread_is_named(settings: Settings):
-    with pytest.raises(UserError, match="unknown thread nope"):
-        approve_thread(settings, "nope", user="bob")
-    with pytest.raises(UserError, match="unknown thread nope"):
-        thread_status(settings, "nope")
+    nope = unique_id("nope")
+    with pytest.raises(UserError, match=f"unknown thread {nope}"):
+        approve_thread(settings, nope, user="bob")
+    with pytest.raises(UserError, match=f"unknown thread {nope}"):
+        thread_status(settings, nope)
 
 
 def test_publish_refuses_without_a_recorded_approval(settings: Settings):
-    start_analysis(settings, "NVDA", thread_id="t-noapp")
+    thread = unique_id("t-noapp")
+    start_analysis(settings, "NVDA", thread_id=thread)
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
         with pytest.raises(PublishRefused, match="no decision"):
-            graph.invoke(None, _config("t-noapp"))
+            graph.invoke(None, _config(thread))
     assert ReportArchive(settings.archive_dir).keys() == []
 
 
 def test_publish_refuses_an_approval_of_another_draft(settings: Settings):
-    start_analysis(settings, "NVDA", thread_id="t-other")
+    thread = unique_id("t-other")
+    start_analysis(settings, "NVDA", thread_id=thread)
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
-        forged = {"decision": "approved", "by": "x", "at": "2025-01-01T00:00:00+00:00", "note": "", "draft_id": "0" * 24}
-        graph.update_state(_config("t-other"), {"approval": forged})
+        forged = {
+            "decision": "approved", "by": "x", "at": "2025-01-01T00:00:00+00:00", "note": "",
+            "draft_id": "0" * 24,
+        }
+        graph.update_state(_config(thread), {"approval": forged})
         with pytest.raises(PublishRefused, match="approval is for draft"):
-            graph.invoke(None, _config("t-other"))
+            graph.invoke(None, _config(thread))
     assert ReportArchive(settings.archive_dir).keys() == []
 
 
 def test_same_input_gives_the_same_draft_byte_for_byte(settings: Settings):
-    a = start_analysis(settings, "TSLA", user="ann", thread_id="t-a")
-    b = start_analysis(settings, "TSLA", user="ann", thread_id="t-b")
+    thread_a = unique_id("t-a")
+    thread_b = unique_id("t-b")
+    a = start_analysis(settings, "TSLA", user="ann", thread_id=thread_a)
+    b = start_analysis(settings, "TSLA", user="ann", thread_id=thread_b)
     assert a.draft == b.draft
     assert a.draft["markdown"] == b.draft["markdown"]
 
 
 def test_interrupt_is_compiled_into_the_real_graph():
     graph = build_graph(deps=Deps.from_settings(Settings.load(environ={}, dotenv=None)))
-    assert list(graph.nodes) == ["__start__", "load_profile", "fetch_market_data", "analyze", "draft_report", "publish"]
+    assert list(graph.nodes) == [
+        "__start__", "load_profile", "fetch_market_data", "analyze", "draft_report", "publish",
+    ]
     assert graph.interrupt_before_nodes == ["publish"]

@@ -141,7 +141,7 @@ class RedisBackend:
             try:
                 if not self.client.eval(_RENEW, 1, key, token, ttl_ms):
                     return  # expired and possibly taken: the fence check stops the next write
-            except Exception:  # noqa: BLE001 - a dropped connection is retried on the next tick
+            except Exception:  # a dropped connection: try again on the next tick
                 continue
 
     def thread_ids(self) -> list[str]:
