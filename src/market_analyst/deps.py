@@ -9,6 +9,7 @@ from typing import Protocol
 
 from market_analyst.market_data import MarketDataProvider, open_provider
 from market_analyst.persistence.archive import ReportArchive
+from market_analyst.persistence.profiles import ProfileStore
 from market_analyst.settings import Settings
 from market_analyst.state import Profile
 
@@ -40,7 +41,7 @@ class Deps:
         """The dependencies `settings` describe. Opens nothing until a node uses it."""
         return cls(
             market_data=open_provider(settings),
-            profiles=NoProfiles(),
+            profiles=ProfileStore.from_settings(settings),
             archive=ReportArchive(settings.archive_dir),
             now=settings.now,
         )

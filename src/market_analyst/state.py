@@ -7,6 +7,7 @@ without custom types; the pydantic models validate that data where it is made an
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -23,14 +24,20 @@ USER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 # Thread IDs: the same characters plus ':', 1 to 128 characters.
 THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 DEFAULT_USER = "local"
+# Profile limits: a sector is a short label such as "semiconductors" or "health care"; notes are a line or
+# two for the reader, not a document. Both end up in every draft, so they stay small.
+SECTOR_PATTERN = re.compile(r"^[^\W_][\w &./+-]{0,39}$")
+MAX_SECTORS = 20
+MAX_NOTES_CHARS = 500
 
 
 def validate_user_id(raw: str) -> str:
     """Return `raw` if it is a valid user ID, else raise `UserError`."""
-    if not USER_ID_PATTERN.match(raw):
+    if not USER_ID_PATTERN.fullmatch(raw):  # not match: '$' would accept a trailing newline
         shown = raw if len(raw) <= 20 else raw[:20] + "..."
         raise UserError(
-            f"invalid user ID {shown!r}: use 1-64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
+            f"invalid user ID {shown!r}: use 1-64 letters, digits, '.', '_', '@' or '-', "
+            "starting with a letter or digit"
         )
     return raw
 
@@ -58,8 +65,38 @@ class Profile(BaseModel):
     @field_validator("user_id")
     @classmethod
     def _user_id(cls, value: str) -> str:
-        if not USER_ID_PATTERN.match(value):
+        if not USER_ID_PATTERN.fullmatch(value):
             raise ValueError("user ID must be 1-64 letters, digits, '.', '_', '@' or '-'")
+        return value
+
+    @field_validator("preferred_sectors")
+    @classmethod
+    def _sectors(cls, value: list[str]) -> list[str]:
+        if len(value) > MAX_SECTORS:
+            raise ValueError(f"at most {MAX_SECTORS} preferred sectors")
+        for sector in value:
+            if not SECTOR_PATTERN.fullmatch(sector):
+                shown = sector if len(sector) <= 20 else sector[:20] + "..."
+                raise ValueError(
+                    f"sector {shown!r}: use 1-40 letters, digits, spaces or . & / + -, "
+                    "starting with a letter or digit"
+                )
+        return value
+
+    @field_validator("notes")
+    @classmethod
+    def _notes(cls, value: str) -> str:
+        if len(value) > MAX_NOTES_CHARS:
+            raise ValueError(f"at most {MAX_NOTES_CHARS} characters (got {len(value)})")
+        if any(ord(ch) < 32 and ch != "\n" for ch in value):
+            raise ValueError("no control characters other than line breaks")
+        return value
+
+    @field_validator("updated_at")
+    @classmethod
+    def _updated_at(cls, value: str | None) -> str | None:
+        if value is not None:
+            datetime.fromisoformat(value)  # ValueError names the bad time stamp
         return value
 
 
