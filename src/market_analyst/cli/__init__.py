@@ -16,7 +16,7 @@ try:  # typer 0.29+ vendors click; older releases depend on it
 except ImportError:  # pragma: no cover
     from click.exceptions import ClickException, UsageError  # type: ignore[import-not-found,no-redef]
 
-from market_analyst.cli import db, reports, runs
+from market_analyst.cli import db, profile, reports, runs
 from market_analyst.errors import UserError
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ app = typer.Typer(
 runs.register(app)
 app.add_typer(reports.app, name="reports")
 app.add_typer(db.app, name="db")
+app.add_typer(profile.app, name="profile")
 
 
 @app.callback()
