@@ -7,7 +7,10 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: install demo test lint bench graph up down clean
 
+# The Redis Stack server the tests start needs Debian 11's libssl1.1 (see scripts/fetch-libssl.sh);
+# without it the Redis tests need REDIS_URL, so a machine that cannot fetch it still installs.
 install: $(VENV)/.installed
+	@bash scripts/fetch-libssl.sh >/dev/null || echo "note: libssl1.1 not fetched; set REDIS_URL for the Redis tests" >&2
 	@echo "Installed. Next: make demo"
 
 $(VENV)/.installed: pyproject.toml

@@ -1,0 +1,202 @@
+"""What only the Redis checkpointer has to prove, on real Redis servers: the lease (busy while held,
+free after a killed holder's key expires, fenced after a stall), the preflight against a Redis
+without modules, a SIGKILLed and restarted server that still holds a paused thread, the shallow
+saver, `--checkpointer redis`, and `make demo` on Redis."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from market_analyst.deps import Deps
+from market_analyst.errors import ThreadBusy
+from market_analyst.graph import build_graph
+from market_analyst.persistence.checkpointers import open_checkpointer
+from market_analyst.persistence.redis_backend import FENCE_PREFIX, LEASE_PREFIX, LeaseLost
+from market_analyst.settings import Settings
+from tests.conftest import REPO, Cli, RedisServer, clean_environ, unique_id
+
+on_redis = pytest.mark.parametrize("cli", ["redis"], indirect=True)
+
+# Holds a thread's lease in a process of its own until killed, as a long command would.
+HOLDER = """
+import sys, time
+from market_analyst.persistence.checkpointers import open_checkpointer
+from market_analyst.settings import Settings
+with open_checkpointer(Settings.load()) as backend:
+    with backend.lease(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(600)
+"""
+
+
+def _settings(tmp_path: Path, redis_url: str, **extra: str) -> Settings:
+    environ = {"MA_DATA_DIR": str(tmp_path / "data"), "MA_CHECKPOINTER": "redis", "REDIS_URL": redis_url}
+    return Settings.load(environ=environ | extra, dotenv=None)
+
+
+def _status(cli: Cli, thread: str) -> dict:
+    return cli.ok("status", thread, "--json").json()  # type: ignore[return-value]
+
+
+@on_redis
+def test_lease_is_busy_while_held_renewed_past_its_ttl_and_free_after_a_killed_holder_expires(cli: Cli):
+    ttl = 1.5
+    thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
+    before = _status(cli, thread)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, thread], cwd=cli.cwd, env=cli.env | {"MA_LEASE_TTL_SECONDS": str(ttl)},
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        time.sleep(ttl * 2)  # longer than the TTL: only renewal keeps the key alive
+        busy = cli.fails("approve", thread)
+        assert f"thread {thread} is busy" in busy.stderr
+        assert _status(cli, thread) == before  # the refused command changed nothing
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+    client = redis.Redis.from_url(cli.env["REDIS_URL"])
+    assert client.pttl(LEASE_PREFIX + thread) > 0  # a killed holder cannot release; the key expires
+    deadline = time.monotonic() + ttl * 4
+    while client.exists(LEASE_PREFIX + thread) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not client.exists(LEASE_PREFIX + thread)
+    assert _status(cli, thread)["status"] == "awaiting_approval"
+    cli.ok("approve", thread, "--user", "bob")
+    assert _status(cli, thread)["status"] == "published"
+    # Fencing tokens count acquisitions: analyze, the killed holder, approve.
+    assert int(client.get(FENCE_PREFIX + thread)) == 3
+    assert not client.exists(LEASE_PREFIX + thread)  # released by its holder on exit
+
+
+def test_a_second_lease_in_the_same_process_is_refused_at_once(tmp_path: Path, redis_url: str):
+    settings = _settings(tmp_path, redis_url)
+    thread = unique_id("t-lease")
+    with open_checkpointer(settings) as first, open_checkpointer(settings) as second:
+        with first.lease(thread):
+            started = time.monotonic()
+            with pytest.raises(ThreadBusy, match=f"thread {thread} is busy"):
+                with second.lease(thread):
+                    pass
+            assert time.monotonic() - started < 1  # refused, not waited for
+        with second.lease(thread):
+            pass
+
+
+def test_a_holder_that_lost_its_lease_writes_nothing_and_leaves_the_new_holder_alone(
+    tmp_path: Path, redis_url: str
+):
+    settings = _settings(tmp_path, redis_url)
+    thread = unique_id("t-fence")
+    config = {"configurable": {"thread_id": thread}}
+    client = redis.Redis.from_url(redis_url)
+    with open_checkpointer(settings) as backend:
+        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+        with backend.lease(thread):
+            graph.invoke({"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}, config)
+            checkpoints = len(list(backend.saver.list(config)))
+            # As if this process stalled past its TTL and another command took the thread over.
+            client.set(LEASE_PREFIX + thread, 10_000)
+            with pytest.raises(LeaseLost, match=f"thread {thread}: this command lost its lease"):
+                graph.update_state(config, {"feedback": ["late"]})
+        assert len(list(backend.saver.list(config))) == checkpoints
+    assert client.get(LEASE_PREFIX + thread) == b"10000"  # release deleted only its own token
+
+
+@on_redis
+def test_a_redis_without_search_and_json_is_refused_before_anything_is_written(cli: Cli, tmp_path: Path):
+    plain = RedisServer(tmp_path / "plain-redis", modules=False).start()
+    try:
+        client = redis.Redis(port=plain.port)
+        assert client.execute_command("MODULE", "LIST") == []  # the same binary, no modules: a plain Redis
+        thread = unique_id("t-plain")
+        result = cli.fails("analyze", "NVDA", "--thread-id", thread, extra_env={"REDIS_URL": plain.url})
+        assert result.returncode == 2
+        assert "lacks the search module" in result.stderr and "JSON module" in result.stderr
+        assert "redis:8" in result.stderr and f"127.0.0.1:{plain.port}" in result.stderr
+        assert client.dbsize() == 0
+        assert client.execute_command("MODULE", "LIST") == []
+        assert not (cli.data_dir / "reports").exists() or not list((cli.data_dir / "reports").iterdir())
+    finally:
+        plain.stop()
+
+
+@on_redis
+def test_unreachable_redis_names_the_url_without_its_password(cli: Cli):
+    result = cli.fails("analyze", "NVDA", extra_env={"REDIS_URL": "redis://ann:hunter2secret@127.0.0.1:9/0"})
+    assert "redis://ann@127.0.0.1:9/0" in result.stderr
+    assert "hunter2secret" not in result.stderr
+    assert "docker compose up -d redis" in result.stderr
+
+
+@on_redis
+def test_redis_without_a_url_says_so(cli: Cli):
+    env = {k: v for k, v in cli.env.items() if k != "REDIS_URL"}
+    result = Cli(env=env, cwd=cli.cwd).fails("threads")
+    assert "MA_CHECKPOINTER=redis needs REDIS_URL" in result.stderr
+
+
+def test_checkpointer_option_selects_redis(cli: Cli, redis_url: str):
+    # The fixture's environment selects PostgreSQL; the option and REDIS_URL switch this run to Redis.
+    env = {"REDIS_URL": redis_url}
+    thread = cli.ok("analyze", "MSFT", "--json", "--checkpointer", "redis", extra_env=env).json()["thread_id"]  # type: ignore[index]
+    listed = cli.ok("threads", "--pending", "--json", "--checkpointer", "redis", extra_env=env).json()
+    assert thread in [t["thread_id"] for t in listed]  # type: ignore[union-attr,index]
+    assert "unknown thread" in cli.fails("status", thread).stderr  # nothing went to PostgreSQL
+    cli.ok("approve", thread, "--checkpointer", "redis", extra_env=env)
+
+
+@on_redis
+def test_shallow_saver_keeps_one_checkpoint_and_still_approves(cli: Cli):
+    shallow = {"MA_REDIS_SHALLOW": "true"}
+    thread = cli.ok("analyze", "TSLA", "--json", extra_env=shallow).json()["thread_id"]  # type: ignore[index]
+    client = redis.Redis.from_url(cli.env["REDIS_URL"])
+    assert len(list(client.scan_iter(f"checkpoint:{thread}:*"))) == 1
+    cli.ok("approve", thread, extra_env=shallow)
+    assert cli.ok("status", thread, "--json", extra_env=shallow).json()["status"] == "published"  # type: ignore[index]
+    assert len(list(client.scan_iter(f"checkpoint:{thread}:*"))) == 1
+
+
+def test_a_killed_and_restarted_redis_still_holds_the_paused_thread(tmp_path: Path):
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        env = clean_environ() | {
+            "MA_DATA_DIR": str(tmp_path / "data"), "MA_CHECKPOINTER": "redis", "REDIS_URL": server.url,
+        }
+        cli = Cli(env=env, cwd=tmp_path)
+        thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
+        server.kill()  # SIGKILL: no shutdown save; only the append-only file, fsynced per write, remains
+        assert "cannot connect to Redis" in cli.fails("status", thread).stderr
+        server.start()
+        assert _status(cli, thread)["status"] == "awaiting_approval"
+        cli.ok("approve", thread, "--user", "bob")
+        after = _status(cli, thread)
+        assert after["status"] == "published"
+        documents = list((tmp_path / "data" / "reports").glob("*.json"))
+        assert [d.stem for d in documents] == [after["publication"]["key"]]
+    finally:
+        server.stop()
+
+
+def test_make_demo_runs_on_redis(tmp_path: Path, redis_url: str):
+    data_dir = tmp_path / "demo-data"
+    venv = Path(sys.executable).parent.parent
+    env = clean_environ() | {"MA_DATA_DIR": str(data_dir), "MA_CHECKPOINTER": "redis", "REDIS_URL": redis_url}
+    result = subprocess.run(
+        ["make", "demo", f"VENV={venv}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    documents = list((data_dir / "reports").glob("*.json"))
+    assert len(documents) == 1
+    assert "bundled snapshot, as of 2025-02-14" in json.loads(documents[0].read_text())["markdown"]
+    assert not (data_dir / "postgres").exists()  # the embedded PostgreSQL was never started
