@@ -133,7 +133,15 @@ class RedisBackend:
             stop.set()
             renewer.join()
             self.fences.held.pop(thread_id, None)
+            self._release(key, token)
+
+    def _release(self, key: str, token: int) -> None:
+        from redis.exceptions import ConnectionError, TimeoutError
+
+        try:
             self.client.eval(_RELEASE, 1, key, token)
+        except (ConnectionError, TimeoutError):
+            pass  # the server went away: the key expires on its own after the TTL
 
     def _renew(self, key: str, token: int, ttl_ms: int, stop: threading.Event) -> None:
         # Three renewals per TTL: one missed renewal (a slow round trip) does not lose the lease.
@@ -150,7 +158,8 @@ class RedisBackend:
 
         search = self.client.ft(self.saver.checkpoints_index.name)
         # A cursor pages through the groups: a plain aggregate stops at the server's result limit.
-        result = search.aggregate(AggregateRequest("*").load("@thread_id").group_by("@thread_id").cursor(count=1000))
+        request = AggregateRequest("*").load("@thread_id").group_by("@thread_id").cursor(count=1000)
+        result = search.aggregate(request)
         ids: set[str] = set()
         while True:
             for row in result.rows:
@@ -196,7 +205,9 @@ def preflight(client: Any, description: str) -> None:
         ) from None
     except (ConnectionError, TimeoutError, OSError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot connect to Redis at {description}: {reason.rstrip('.')}; {START_HINT}") from None
+        raise UserError(
+            f"cannot connect to Redis at {description}: {reason.rstrip('.')}; {START_HINT}"
+        ) from None
     except ResponseError as exc:  # NOAUTH and friends arrive as plain errors on some servers
         raise UserError(f"Redis at {description} refused the connection: {exc}") from None
     versions = _module_versions(client)
@@ -207,7 +218,8 @@ def preflight(client: Any, description: str) -> None:
     if search is None:
         missing.append("the search module (RediSearch >= 2.6)")
     elif search < MIN_SEARCH_VERSION:
-        missing.append(f"search module >= 2.6 (it has {search // 10000}.{search // 100 % 100}.{search % 100})")
+        found = f"{search // 10000}.{search // 100 % 100}.{search % 100}"
+        missing.append(f"search module >= 2.6 (it has {found})")
     if "rejson" not in versions and "json" not in versions:
         missing.append("the JSON module (RedisJSON)")
     if missing:
