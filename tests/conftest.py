@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,12 +47,19 @@ def market_analyst_command() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real PostgreSQL server (the embedded binary), shared by the session's tests."""
-    pgdata = tmp_path_factory.mktemp("pg") / "data"
+def postgres_server() -> Iterator[str]:
+    """A real PostgreSQL server (the embedded binary), shared by the session's tests.
+
+    Its data lives outside pytest's temporary root: as root, the server runs as an unprivileged
+    user that needs access to the path, and every new pytest session resets that root to 0700."""
+    base = Path(tempfile.mkdtemp(prefix="ma-test-pg-"))
+    pgdata = base / "data"
     uri = embedded_postgres_uri(pgdata)
-    yield uri
-    stop_embedded_postgres(pgdata)
+    try:
+        yield uri
+    finally:
+        stop_embedded_postgres(pgdata)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _with_database(uri: str, database: str) -> str:
@@ -138,6 +147,21 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
     backend = getattr(request, "param", "postgres")
     env = clean_environ() | {"MA_DATA_DIR": str(tmp_path / "data")} | checkpointer_env(request, backend)
     return Cli(env=env, cwd=tmp_path)
+
+
+@pytest.fixture
+def fresh_cli(tmp_path_factory: pytest.TempPathFactory, postgres_server: str):
+    """Make further CLIs, each with a database and data directory of its own (reference runs)."""
+
+    def make() -> Cli:
+        tmp = tmp_path_factory.mktemp("ref")
+        name = "r_" + uuid.uuid4().hex[:16]
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        env = clean_environ() | {"MA_DATA_DIR": str(tmp / "data"), "POSTGRES_URL": _with_database(postgres_server, name)}
+        return Cli(env=env, cwd=tmp)
+
+    return make
 
 
 # --- Redis ---------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ Kill points:
   before:NODE           as NODE starts (in `sync` mode its predecessor's checkpoint is written)
   after:NODE            as NODE returns, before its writes are checkpointed
   at:SECONDS            a timer fires after SECONDS, wherever the run is
+  pause-before:NODE:DIR not a kill: as NODE starts, create DIR/reached and wait for DIR/go
+                        (the test stops the database in between)
   none                  no kill (a reference run through the same entry point)
 
 Only the kill is injected: the graph, the checkpointer and the archive are the real ones.
@@ -18,6 +20,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 NODE_NAMES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publish")
@@ -45,6 +49,35 @@ def _wrap_node(name: str, when: str) -> None:
     setattr(graph_module, name, wrapped)
 
 
+def _pause_before(name: str, directory: str) -> None:
+    import market_analyst.graph as graph_module
+
+    original = getattr(graph_module, name)
+
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        Path(directory, "reached").touch()
+        while not Path(directory, "go").exists():
+            time.sleep(0.05)
+        return original(*args, **kwargs)
+
+    setattr(graph_module, name, paused)
+
+
+def log_nodes(path: str) -> None:
+    """Append the name of every node this process starts to `path` (what a recovery re-ran)."""
+    import market_analyst.graph as graph_module
+
+    for name in NODE_NAMES:
+        original = getattr(graph_module, name)
+
+        def logged(*args: Any, __name: str = name, __original: Any = original, **kwargs: Any) -> Any:
+            with open(path, "a") as handle:
+                handle.write(__name + "\n")
+            return __original(*args, **kwargs)
+
+        setattr(graph_module, name, logged)
+
+
 def install(kill_point: str) -> None:
     """Arm the kill point in this process."""
     if kill_point == "none":
@@ -61,6 +94,10 @@ def install(kill_point: str) -> None:
         ReportArchive.publish = publish_then_die  # type: ignore[method-assign]
         return
     kind, _, arg = kill_point.partition(":")
+    if kind == "pause-before":
+        node, _, directory = arg.partition(":")
+        _pause_before(node, directory)
+        return
     if kind in ("before", "after") and arg in NODE_NAMES:
         _wrap_node(arg, kind)
         return

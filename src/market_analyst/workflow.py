@@ -6,6 +6,7 @@ the saved state first, and returns a `ThreadView` for the CLI to render.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,6 +64,11 @@ def _view(graph: Any, thread_id: str) -> ThreadView | None:
     if next_nodes == ["publish"]:
         approved = bool(approval) and approval.get("decision") == "approved"
         status = "approved_pending_publish" if approved else "awaiting_approval"
+    elif not next_nodes and snapshot.tasks:
+        # The tasks of the latest checkpoint finished and their writes were saved, but the process
+        # died before the next checkpoint: `next` is empty, yet `resume` applies the writes and goes on.
+        status = "in_progress"
+        next_nodes = [task.name for task in snapshot.tasks]
     elif not next_nodes:
         if values.get("publication"):
             status = "published"
@@ -92,20 +98,39 @@ def _require_view(graph: Any, thread_id: str) -> ThreadView:
     return view
 
 
+def _is_store_outage(exc: BaseException) -> bool:
+    """True for the errors a checkpointer raises when its server goes away mid-command."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
+    redis = sys.modules.get("redis")
+    return redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError)
+
+
 @contextmanager
 def _graph(settings: Settings, thread_id: str | None = None) -> Iterator[Any]:
-    """The compiled graph over an open checkpointer, holding the thread's lease if one is named."""
+    """The compiled graph over an open checkpointer, holding the thread's lease if one is named.
+
+    A checkpointer that goes away mid-command becomes one clear `UserError`: what finished before
+    the last checkpoint is kept, and `resume` continues from there once the server is back."""
     from market_analyst.deps import Deps
     from market_analyst.graph import build_graph
     from market_analyst.persistence.checkpointers import open_checkpointer
 
     with open_checkpointer(settings) as backend:
-        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
-        if thread_id is None:
-            yield graph
-        else:
-            with backend.lease(thread_id):
+        try:
+            graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+            if thread_id is None:
                 yield graph
+            else:
+                with backend.lease(thread_id):
+                    yield graph
+        except Exception as exc:
+            if not _is_store_outage(exc):
+                raise
+            detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+            then = f"; when it is back, continue with 'market-analyst resume {thread_id}'" if thread_id else ""
+            raise UserError(f"lost the checkpointer at {backend.description} ({detail}){then}") from None
 
 
 def _run(graph: Any, inputs: Any, thread_id: str, durability: Durability, progress: Progress | None) -> None:

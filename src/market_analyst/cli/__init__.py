@@ -6,6 +6,7 @@ anything else is a bug: one line and exit code 1, or the traceback with `--debug
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -48,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app and map errors to one line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("MA_DEBUG", "").lower() in ("1", "true", "yes")
+    # Libraries log their own warnings (psycopg on a lost connection, for one); the error line below
+    # says what happened, so they are shown only with --debug.
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+    else:
+        logging.getLogger().addHandler(logging.NullHandler())
     try:
         result = app(args=args, prog_name="market-analyst", standalone_mode=False)
     except typer.Exit as exc:

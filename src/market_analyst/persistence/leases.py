@@ -15,6 +15,8 @@ from market_analyst.errors import ThreadBusy
 @contextmanager
 def postgres_lease(uri: str, thread_id: str, description: str) -> Iterator[None]:
     """Hold `pg_try_advisory_lock` on the thread's key, or raise `ThreadBusy` without waiting."""
+    import psycopg
+
     from market_analyst.persistence.checkpointers import advisory_key, postgres_connect
 
     conn = postgres_connect(uri, description)
@@ -28,7 +30,10 @@ def postgres_lease(uri: str, thread_id: str, description: str) -> Iterator[None]
         try:
             yield
         finally:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except psycopg.OperationalError:
+                pass  # the server went away: the lock ended with the session
     finally:
         conn.close()

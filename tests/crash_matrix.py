@@ -1,0 +1,202 @@
+"""The crash matrix: every kill point, in every durability mode, recovered with the real CLI.
+
+`run_case` kills one run at one point, recovers it the way an operator would (`status`, then
+`analyze` again if the thread is unknown, `resume` while it can go on, `approve` at the gate), and
+reports what the crash cost: whether the run had to start again, which nodes ran twice, whether the
+approval survived, and whether the archive holds exactly one document equal to an uncrashed run's.
+`expected_loss` states what each mode is allowed to lose; the tests assert it and the README's
+durability table is printed from it (`python -m tests.crash_matrix`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.crashkit import Harness
+
+NODES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publish")
+ANALYZE_NODES = NODES[:4]
+KILL_POINTS = tuple(f"{when}:{node}" for node in NODES for when in ("before", "after")) + ("after-archive-write",)
+MODES = ("sync", "async", "exit")
+TICKER = "NVDA"
+FIXED_CLOCK = "1739577600"  # 2025-02-15T00:00:00Z, so approval times match the uncrashed run
+
+
+@dataclass
+class CaseReport:
+    """What one killed run cost."""
+
+    kill_point: str
+    killed: bool = False
+    status_after_kill: str = ""  # the thread's status as `status` reported it, or "unknown"
+    started_again: bool = False
+    reran: list[str] = field(default_factory=list)
+    recovery: list[str] = field(default_factory=list)  # the commands the recovery needed
+    documents: int = 0
+    identical: bool = False
+
+    @property
+    def approval_kept(self) -> bool:
+        """A kill after the approval was recorded never needs a second `approve`."""
+        return self.status_after_kill != "approved_pending_publish" or "approve" not in self.recovery
+
+
+def _phase(kill_point: str) -> str:
+    """Which command a kill point falls in: `analyze` or `approve`."""
+    if kill_point == "after-archive-write" or kill_point.endswith(":publish"):
+        return "approve"
+    return "analyze"
+
+
+def reference_document(h: Harness, env: dict[str, str], thread_id: str) -> bytes:
+    """The archive document of an uncrashed run with the same inputs, in `env`'s own store."""
+    h.run(["analyze", TICKER, "--thread-id", thread_id, "--user", "ann"], env).check()
+    h.run(["approve", thread_id, "--user", "bob"], env).check()
+    [path] = sorted((Path(env["MA_DATA_DIR"]) / "reports").glob("*.json"))
+    return path.read_bytes()
+
+
+def _status(h: Harness, env: dict[str, str], thread_id: str) -> str:
+    status = h.run(["status", thread_id, "--json"], env)
+    if status.returncode != 0:
+        assert "unknown thread" in status.stderr, status.stderr
+        return "unknown"
+    return str(status.json()["status"])
+
+
+def _recover(h: Harness, env: dict[str, str], thread_id: str, report: CaseReport, ran: Counter[str]) -> None:
+    """Bring the thread to publication as an operator would, with the real CLI: each command's
+    `--json` output says where the thread stands next."""
+    state = report.status_after_kill
+    for _ in range(6):
+        if state == "published":
+            return
+        if state == "unknown":
+            report.started_again = True
+            step = ["analyze", TICKER, "--thread-id", thread_id, "--user", "ann"]
+        elif state in ("in_progress", "approved_pending_publish"):
+            step = ["resume", thread_id]
+        elif state == "awaiting_approval":
+            step = ["approve", thread_id, "--user", "bob"]
+        else:
+            raise AssertionError(f"thread {thread_id} ended as {state}, not published")
+        outcome = h.run([*step, "--json"], env).check()
+        report.recovery.append(step[0])
+        ran.update(outcome.nodes)
+        state = outcome.json()["status"]
+    raise AssertionError(f"thread {thread_id} did not reach publication: {report.recovery}")
+
+
+def run_case(h: Harness, env: dict[str, str], thread_id: str, kill_point: str, expected: bytes) -> CaseReport:
+    """Kill one run at `kill_point`, recover it with the CLI, and report the cost.
+
+    Fixed kill points fall in `analyze` or in `approve`; a random one (`at:SECONDS`) is measured
+    from the start of `analyze` and, if that finishes first, carries on into `approve`."""
+    report = CaseReport(kill_point=kill_point)
+    ran: Counter[str] = Counter()
+    analyze = ["analyze", TICKER, "--thread-id", thread_id, "--user", "ann"]
+    approve = ["approve", thread_id, "--user", "bob"]
+    if kill_point.startswith("at:"):
+        delay = float(kill_point[3:])
+        first = h.run(analyze, env, kill_point)
+        ran.update(first.nodes)
+        report.killed = first.killed
+        if not first.killed:
+            second = h.run(approve, env, f"at:{max(0.0, delay - first.check().seconds):.3f}")
+            ran.update(second.nodes)
+            report.killed = second.killed
+            if not second.killed:
+                second.check()
+    else:
+        if _phase(kill_point) == "approve":
+            ran.update(h.run(analyze, env).check().nodes)
+        outcome = h.run(analyze if _phase(kill_point) == "analyze" else approve, env, kill_point)
+        ran.update(outcome.nodes)
+        report.killed = outcome.killed
+    report.status_after_kill = _status(h, env, thread_id)
+    _recover(h, env, thread_id, report, ran)
+    report.reran = sorted(node for node, count in ran.items() if count > 1)
+    documents = sorted((Path(env["MA_DATA_DIR"]) / "reports").glob("*.json"))
+    report.documents = len(documents)
+    report.identical = len(documents) == 1 and documents[0].read_bytes() == expected
+    return report
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What a kill may cost: whether the run may or must start again, and which nodes may re-run."""
+
+    start_again: frozenset[bool]
+    must_rerun: frozenset[str]
+    may_rerun: frozenset[str]
+
+    def admits(self, report: CaseReport) -> bool:
+        reran = set(report.reran)
+        return (
+            report.started_again in self.start_again
+            and self.must_rerun <= reran <= self.may_rerun
+        )
+
+
+def expected_loss(mode: str, kill_point: str) -> Allowed:
+    """What a kill at `kill_point` may cost in `mode`.
+
+    sync: only the node killed mid-way re-runs (`after:X` kills X after its work, before LangGraph
+    saved its writes); a kill in `publish` after the archive write re-runs `publish`, which finds
+    its document and writes nothing. exit: a run killed before the gate has no checkpoint at all and
+    starts again, so every node that had finished runs again. async: checkpoints are written in the
+    background while later nodes run, so a kill can land before any number of them were saved: the
+    run resumes from whichever was (or starts again if none was) and re-runs what followed it.
+    After approval every mode behaves like sync: `update_state` writes the decision at once."""
+    when, _, node = kill_point.partition(":")
+    if kill_point == "after-archive-write":
+        when, node = "after", "publish"
+    killed_mid = frozenset({node} if when == "after" else set())
+    if _phase(kill_point) == "approve":
+        return Allowed(frozenset({False}), killed_mid, killed_mid)
+    index = NODES.index(node)
+    finished = frozenset(NODES[: index + (1 if when == "after" else 0)])
+    if mode == "exit":
+        return Allowed(frozenset({True}), finished, finished)
+    if mode == "async":
+        return Allowed(frozenset({False, True}), killed_mid, finished)
+    return Allowed(frozenset({False}), killed_mid, killed_mid)
+
+
+def random_kill_points(seed: int, count: int, duration: float) -> list[str]:
+    """`count` reproducible kill times spread over a run that takes `duration` seconds."""
+    rng = random.Random(seed)
+    return [f"at:{rng.uniform(0.0, duration):.3f}" for _ in range(count)]
+
+
+def durability_table() -> str:
+    """The README's table of what each mode may lose, as the crash tests assert it."""
+    rows = [
+        "| mode | killed before the gate (during `analyze`) | killed after approval (during `approve`) |",
+        "|---|---|---|",
+    ]
+    words = {
+        "sync": "resumes from the last node that finished; only the node killed mid-way runs again",
+        "async": "resumes from the last checkpoint that reached the store, or starts again if none did; "
+        "any node that finished after it runs again",
+        "exit": "nothing was saved: the thread is unknown and the run starts again; every node runs again",
+    }
+    for mode in MODES:
+        for kp in KILL_POINTS:  # the words must agree with what the tests assert
+            allowed = expected_loss(mode, kp)
+            if _phase(kp) == "analyze":
+                assert (True in allowed.start_again) == (mode != "sync")
+            else:
+                assert allowed.start_again == frozenset({False})
+        rows.append(
+            f"| `{mode}` | {words[mode]} | resumes to publication without a second approval; "
+            "`publish` re-runs only if it was killed, and finds its document |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(durability_table())

