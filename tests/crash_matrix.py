@@ -11,6 +11,7 @@ durability table is printed from it (`python -m tests.crash_matrix`).
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,9 @@ NODES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publis
 ANALYZE_NODES = NODES[:4]
 KILL_POINTS = tuple(f"{when}:{node}" for node in NODES for when in ("before", "after")) + ("after-archive-write",)
 MODES = ("sync", "async", "exit")
+# A killed command's Redis lease expires after MA_LEASE_TTL_SECONDS; the crash tests set it short.
+LEASE_TTL_SECONDS = "2"
+BUSY_WAIT_SECONDS = 20.0
 TICKER = "NVDA"
 FIXED_CLOCK = "1739577600"  # 2025-02-15T00:00:00Z, so approval times match the uncrashed run
 
@@ -83,7 +87,13 @@ def _recover(h: Harness, env: dict[str, str], thread_id: str, report: CaseReport
             step = ["approve", thread_id, "--user", "bob"]
         else:
             raise AssertionError(f"thread {thread_id} ended as {state}, not published")
-        outcome = h.run([*step, "--json"], env).check()
+        outcome = h.run([*step, "--json"], env)
+        deadline = time.monotonic() + BUSY_WAIT_SECONDS
+        while outcome.returncode != 0 and "is busy" in outcome.stderr and time.monotonic() < deadline:
+            # On Redis the killed command's lease outlives it until its TTL runs out.
+            time.sleep(0.2)
+            outcome = h.run([*step, "--json"], env)
+        outcome.check()
         report.recovery.append(step[0])
         ran.update(outcome.nodes)
         state = outcome.json()["status"]

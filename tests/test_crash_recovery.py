@@ -15,7 +15,15 @@ import psycopg
 import pytest
 
 from tests.conftest import _with_database, clean_environ
-from tests.crash_matrix import FIXED_CLOCK, KILL_POINTS, MODES, expected_loss, reference_document, run_case
+from tests.crash_matrix import (
+    FIXED_CLOCK,
+    KILL_POINTS,
+    LEASE_TTL_SECONDS,
+    MODES,
+    expected_loss,
+    reference_document,
+    run_case,
+)
 from tests.crashkit import Harness
 
 RANDOM_KILLS = 50
@@ -47,7 +55,8 @@ def envs(request: pytest.FixtureRequest, tmp_path: Path, crash_databases: dict[s
     reference = base | {"MA_DATA_DIR": str(tmp_path / "reference"), "POSTGRES_URL": crash_databases["reference"]}
     crashed = base | {"MA_DATA_DIR": str(tmp_path / "crashed")}
     if backend == "redis":
-        crashed |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": request.getfixturevalue("redis_server_url")}
+        crashed |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": request.getfixturevalue("redis_server_url"),
+                    "MA_LEASE_TTL_SECONDS": LEASE_TTL_SECONDS}
     else:
         crashed |= {"POSTGRES_URL": crash_databases["crash"]}
     return {"reference": reference, "crashed": crashed}
