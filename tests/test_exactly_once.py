@@ -11,7 +11,7 @@ from market_analyst.deps import Deps
 from market_analyst.graph import build_graph
 from market_analyst.persistence.checkpointers import open_checkpointer
 from market_analyst.settings import Settings
-from tests.conftest import REPO, Cli, market_analyst_command
+from tests.conftest import REPO, Cli, both_backends, market_analyst_command, unique_id
 
 FIXED_CLOCK = {"SOURCE_DATE_EPOCH": "1739577600"}  # 2025-02-15T00:00:00Z: approvals get the same time
 
@@ -22,6 +22,16 @@ def run_with_kill(cli: Cli, kill_point: str, *args: str) -> subprocess.Completed
         [sys.executable, "-m", "tests.crash_child", kill_point, *args],
         cwd=REPO, env=cli.env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
+
+
+def once_not_busy(cli: Cli, *args: str, wait: float = 30.0):
+    """Run a command, retrying while a killed command's Redis lease lives out its TTL."""
+    deadline = time.monotonic() + wait
+    while (result := cli.run(*args)).returncode != 0 and time.monotonic() < deadline:
+        assert "is busy" in result.stderr, result.stderr
+        time.sleep(0.5)
+    assert result.returncode == 0, result.stderr
+    return result
 
 
 def archive_files(cli: Cli) -> list[Path]:
@@ -38,31 +48,36 @@ def reference_document(cli_factory, thread_id: str, ticker: str = "NVDA") -> byt
     return path.read_bytes()
 
 
+@both_backends
 def test_publish_killed_after_the_archive_write_publishes_exactly_once(cli: Cli, fresh_cli):
-    expected = reference_document(fresh_cli, "crash-publish")
-    cli.env.update(FIXED_CLOCK)
-    cli.ok("analyze", "NVDA", "--thread-id", "crash-publish", "--user", "ann")
+    thread = unique_id("crash-publish")
+    expected = reference_document(fresh_cli, thread)
+    cli.env.update(FIXED_CLOCK | {"MA_LEASE_TTL_SECONDS": "2"})
+    cli.ok("analyze", "NVDA", "--thread-id", thread, "--user", "ann")
 
-    killed = run_with_kill(cli, "after-archive-write", "approve", "crash-publish", "--user", "bob")
+    killed = run_with_kill(cli, "after-archive-write", "approve", thread, "--user", "bob")
     assert killed.returncode == -9, killed.stderr
     assert len(archive_files(cli)) == 1  # the write happened...
-    status = cli.ok("status", "crash-publish", "--json").json()
+    status = cli.ok("status", thread, "--json").json()
     assert status["status"] == "approved_pending_publish"  # ...but the checkpoint did not
     assert status["approval"]["by"] == "bob"  # the approval survived the crash
 
-    again = cli.ok("approve", "crash-publish", "--user", "bob")
+    again = once_not_busy(cli, "approve", thread, "--user", "bob")
     assert "already held this operation's report" in again.stdout
     files = archive_files(cli)
     assert len(files) == 1
     assert files[0].read_bytes() == expected
-    assert cli.ok("status", "crash-publish", "--json").json()["status"] == "published"
-    assert "already published" in cli.fails("approve", "crash-publish").stderr
+    assert cli.ok("status", thread, "--json").json()["status"] == "published"
+    assert "already published" in cli.fails("approve", thread).stderr
 
 
+@both_backends
 def test_resume_also_finishes_a_publish_killed_after_the_write(cli: Cli):
-    cli.ok("analyze", "MSFT", "--thread-id", "crash-resume")
-    assert run_with_kill(cli, "after-archive-write", "approve", "crash-resume").returncode == -9
-    resumed = cli.ok("resume", "crash-resume", "--json").json()
+    cli.env["MA_LEASE_TTL_SECONDS"] = "2"
+    thread = unique_id("crash-resume")
+    cli.ok("analyze", "MSFT", "--thread-id", thread)
+    assert run_with_kill(cli, "after-archive-write", "approve", thread).returncode == -9
+    resumed = once_not_busy(cli, "resume", thread, "--json").json()
     assert resumed["status"] == "published"
     assert resumed["publication"]["created"] is False
     assert len(archive_files(cli)) == 1
@@ -76,11 +91,13 @@ def _history_is_linear(settings: Settings, thread_id: str) -> tuple[bool, int]:
     return len(parents) == len(set(parents)) and len(parents) == len(history) - 1, len(history)
 
 
+@both_backends
 def test_eight_concurrent_approvals_publish_once_without_forking_the_thread(cli: Cli):
-    cli.ok("analyze", "NVDA", "--thread-id", "race")
+    race = unique_id("race")
+    cli.ok("analyze", "NVDA", "--thread-id", race)
     procs = [
         subprocess.Popen(
-            [*market_analyst_command(), "approve", "race", "--user", f"approver{i}"],
+            [*market_analyst_command(), "approve", race, "--user", f"approver{i}"],
             cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             stdin=subprocess.DEVNULL,
         )
@@ -98,38 +115,35 @@ def test_eight_concurrent_approvals_publish_once_without_forking_the_thread(cli:
         assert code == 2 and "Traceback" not in err
         assert "is busy" in err or "already published" in err, err
     assert len(archive_files(cli)) == 1
-    linear, count = _history_is_linear(Settings.load(environ=cli.env, dotenv=None), "race")
+    linear, count = _history_is_linear(Settings.load(environ=cli.env, dotenv=None), race)
     assert linear, "two writers forked the checkpoint chain"
     assert count >= 6
 
 
+@both_backends
 def test_a_busy_thread_refuses_a_second_command_and_changes_nothing(cli: Cli):
-    cli.ok("analyze", "NVDA", "--thread-id", "held")
-    before = cli.ok("status", "held", "--json").json()
+    cli.env["MA_LEASE_TTL_SECONDS"] = "2"  # on Redis, a killed holder's lease lasts this long
+    held = unique_id("held")
+    cli.ok("analyze", "NVDA", "--thread-id", held)
+    before = cli.ok("status", held, "--json").json()
     # Hold the thread's lease from another process for the duration of the check.
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LEASE, "held"], cwd=REPO, env=cli.env,
+        [sys.executable, "-c", HOLD_LEASE, held], cwd=REPO, env=cli.env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
-        for args in (("approve", "held"), ("reject", "held", "--reason", "x"), ("resume", "held"),
-                     ("revise", "held", "--feedback", "x")):
+        for args in (("approve", held), ("reject", held, "--reason", "x"), ("resume", held),
+                     ("revise", held, "--feedback", "x"), ("analyze", "NVDA", "--thread-id", held)):
             result = cli.fails(*args)
-            assert "thread held is busy" in result.stderr, result.stderr
-        assert cli.ok("status", "held", "--json").json() == before
+            assert f"thread {held} is busy" in result.stderr, result.stderr
+        assert cli.ok("status", held, "--json").json() == before
     finally:
         holder.kill()
         holder.wait()
-    # A lease held by a killed process is released with its session.
-    deadline = time.monotonic() + 60
-    while True:
-        result = cli.run("approve", "held")
-        if result.returncode == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert result.returncode == 0, result.stderr
+    # A lease held by a killed process is released: with its session (PostgreSQL) or its TTL (Redis).
+    once_not_busy(cli, "approve", held)
     assert len(archive_files(cli)) == 1
 
 
