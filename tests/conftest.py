@@ -175,6 +175,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, SIGKILL the server when the test process dies, so a
+    killed or timed-out pytest leaves no Redis behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _unavailable(reason: str) -> None:
     """Fail in CI, where the Redis tests must run; elsewhere skip with the reason."""
     if os.environ.get("CI", "").lower() == "true":
@@ -221,7 +232,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [str(binary), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
              "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent,
         )
         log.close()
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
