@@ -124,7 +124,12 @@ class ProfileSession:
         from qdrant_client import models
 
         # No vectors: a profile is looked up by user ID, never by similarity.
-        self._client.create_collection(COLLECTION, vectors_config={})
+        try:
+            self._client.create_collection(COLLECTION, vectors_config={})
+        except Exception:
+            # On a server another process may have created it between the check and the create.
+            if not self._client.collection_exists(COLLECTION):
+                raise
         if self._server:
             # Tenant-aware keyword index: a server co-locates each user's points and filters on
             # `user_id` without a scan. Local mode ignores payload indexes, so it is not asked to.
