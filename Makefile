@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 MA := $(BIN)/market-analyst
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test lint bench graph up down clean
+.PHONY: install demo test lint bench graph crash-soak up down clean
 
 # The Redis Stack server the tests start needs Debian 11's libssl1.1 (see scripts/fetch-libssl.sh);
 # without it the Redis tests need REDIS_URL, so a machine that cannot fetch it still installs.
@@ -32,7 +32,18 @@ lint:
 	$(BIN)/mypy
 
 bench:
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+CRASH_REPORT ?= $(CURDIR)/.cache/crash-report.jsonl
+CRASH_RANDOM_KILLS ?= 500
+
+# The crash matrix alone with more seeded random kills (CRASH_RANDOM_KILLS, default 500), then a
+# table of what each durability mode lost in this run.
+crash-soak:
+	@mkdir -p .cache && rm -f $(CRASH_REPORT)
+	CRASH_RANDOM_KILLS=$(CRASH_RANDOM_KILLS) CRASH_REPORT_FILE=$(CRASH_REPORT) \
+	  $(BIN)/pytest -n $(PYTEST_WORKERS) -q tests/test_crash_recovery.py $(PYTEST_ARGS)
+	@$(BIN)/python -m tests.crash_matrix summarize $(CRASH_REPORT)
 
 graph:
 	$(BIN)/python -c "from market_analyst.graph import mermaid; print(mermaid(), end='')" > graphs/analyst.mmd

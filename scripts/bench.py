@@ -123,16 +123,30 @@ def bench_profiles(n: int | None) -> bool:
     return met_ratio and met_latency
 
 
+def bench_archive(n: int | None) -> bool:
+    """`reports list` and `reports search` over archived reports (10,000 by default), against a
+    reader that parses every file; no target is set, the ratio is reported."""
+    import bench_archive
+
+    bench_archive.run(n or 10_000)
+    return True
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
+    "archive": bench_archive,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen sections (all by default) and report which missed their targets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sections", nargs="*", metavar="SECTION",
-                        help=f"sections to run: {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument(
+        "sections",
+        nargs="*",
+        metavar="SECTION",
+        help=f"sections to run: {', '.join(SECTIONS)} (default: all)",
+    )
     parser.add_argument("--n", type=int, default=None, help="data size for each section (default: its own)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a section misses a target")
     args = parser.parse_args(argv)

@@ -10,17 +10,22 @@ durability table is printed from it (`python -m tests.crash_matrix`).
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.crashkit import Harness
 
 NODES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publish")
 ANALYZE_NODES = NODES[:4]
-KILL_POINTS = tuple(f"{when}:{node}" for node in NODES for when in ("before", "after")) + ("after-archive-write",)
+KILL_POINTS = tuple(f"{when}:{node}" for node in NODES for when in ("before", "after")) + (
+    "after-archive-write",
+)
 MODES = ("sync", "async", "exit")
 # A killed command's Redis lease expires after MA_LEASE_TTL_SECONDS; the crash tests set it short.
 LEASE_TTL_SECONDS = "2"
@@ -145,10 +150,7 @@ class Allowed:
 
     def admits(self, report: CaseReport) -> bool:
         reran = set(report.reran)
-        return (
-            report.started_again in self.start_again
-            and self.must_rerun <= reran <= self.may_rerun
-        )
+        return report.started_again in self.start_again and self.must_rerun <= reran <= self.may_rerun
 
 
 def expected_loss(mode: str, kill_point: str) -> Allowed:
@@ -208,5 +210,48 @@ def durability_table() -> str:
     return "\n".join(rows)
 
 
+def record(report: CaseReport, backend: str, mode: str) -> None:
+    """Append the case to `$CRASH_REPORT_FILE` (JSON lines) when it is set, for `summarize`."""
+    target = os.environ.get("CRASH_REPORT_FILE")
+    if target:
+        row = {"backend": backend, "mode": mode, "phase": _phase_of(report.kill_point), **asdict(report)}
+        with open(target, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+def _phase_of(kill_point: str) -> str:
+    return "random" if kill_point.startswith("at:") else _phase(kill_point)
+
+
+def summarize(path: str) -> str:
+    """A Markdown table of what the recorded cases lost, by backend, mode and phase."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["backend"], row["mode"], row["phase"]), []).append(row)
+    out = [
+        "| backend | mode | killed during | cases | recovered, one identical document | started again "
+        "| nodes that ran twice (cases) | second approval needed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (backend, mode, phase), cases in sorted(groups.items()):
+        reran = Counter(node for case in cases for node in case["reran"])
+        reran_text = ", ".join(f"{n} ({reran[n]})" for n in NODES if reran[n]) or "none"
+        good = sum(1 for c in cases if c["documents"] == 1 and c["identical"])
+        again = sum(1 for c in cases if c["started_again"])
+        second = sum(
+            1
+            for c in cases
+            if c["status_after_kill"] == "approved_pending_publish" and "approve" in c["recovery"]
+        )
+        out.append(
+            f"| {backend} | `{mode}` | {phase} | {len(cases)} | {good} | {again} | {reran_text} | {second} |"
+        )
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
-    print(durability_table())
+    if len(sys.argv) > 2 and sys.argv[1] == "summarize":
+        print(summarize(sys.argv[2]))
+    else:
+        print(durability_table())

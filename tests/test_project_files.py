@@ -23,7 +23,10 @@ def test_langgraph_json_exports_the_graph_module():
     code = "import runpy; g = runpy.run_path('graphs/analyst.py')['graph']; print(sorted(g.nodes))"
     result = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=REPO, env=clean_environ() | {"MA_DATA_DIR": "/nonexistent-never-created"}, capture_output=True, text=True,
+        cwd=REPO,
+        env=clean_environ() | {"MA_DATA_DIR": "/nonexistent-never-created"},
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     assert "publish" in result.stdout
@@ -32,14 +35,18 @@ def test_langgraph_json_exports_the_graph_module():
 
 def test_env_example_lists_every_variable_with_its_default():
     listed = dict(
-        line.split("=", 1) for line in (REPO / ".env.example").read_text().splitlines() if line and not line.startswith("#")
+        line.split("=", 1)
+        for line in (REPO / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
     )
     assert listed == VARIABLES
 
 
 def test_readme_cli_examples_name_real_commands(cli: Cli):
     readme = (REPO / "README.md").read_text()
-    commands = set(re.findall(r"^\s*market-analyst ([a-z]+(?: (?:list|show|search|set|delete))?)", readme, re.M))
+    commands = set(
+        re.findall(r"^\s*market-analyst ([a-z]+(?: (?:list|show|search|set|delete))?)", readme, re.M)
+    )
     assert len(commands) >= 8
     for command in sorted(commands):
         assert "Usage" in cli.ok(*command.split(), "--help").stdout, command
@@ -49,3 +56,51 @@ def test_readme_names_the_setup_and_test_commands():
     readme = (REPO / "README.md").read_text()
     assert "make install && make demo" in readme
     assert "make test" in readme
+
+
+def test_readme_durability_table_is_the_one_the_crash_tests_assert():
+    from tests.crash_matrix import durability_table
+
+    readme = (REPO / "README.md").read_text()
+    between = readme.split("<!-- durability-table -->\n", 1)[1].split("\n<!-- /durability-table -->", 1)[0]
+    assert between == durability_table()
+
+
+def test_make_crash_soak_runs_and_summarises(tmp_path):
+    """The README's soak command, cut down to one random kill per backend."""
+    venv = Path(sys.executable).parent.parent
+    result = subprocess.run(
+        [
+            "make",
+            "crash-soak",
+            f"VENV={venv}",
+            "CRASH_RANDOM_KILLS=1",
+            "PYTEST_WORKERS=1",
+            "PYTEST_ARGS=-k random -p no:cacheprovider",
+            f"CRASH_REPORT={tmp_path / 'report.jsonl'}",
+        ],
+        cwd=REPO,
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "| postgres | `sync` | random | 1 | 1 |" in result.stdout
+    assert "| redis | `sync` | random | 1 | 1 |" in result.stdout
+
+
+def test_make_bench_runs_every_section():
+    """The README's bench command on small data (the real sizes take minutes; see the README)."""
+    venv = Path(sys.executable).parent.parent
+    result = subprocess.run(
+        ["make", "bench", f"VENV={venv}", "BENCH_ARGS=--n 300"],
+        cwd=REPO,
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "profiles: 300 stored profiles" in result.stdout
+    assert "reports search --ticker NVDA" in result.stdout and "ratio" in result.stdout

@@ -1,0 +1,121 @@
+"""Archive bench: `reports list` and `reports search` over N archived reports, side by side with a
+naive reader that parses every file on each call (the approach of the project this one is based on)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from market_analyst.deps import NoProfiles
+from market_analyst.market_data.snapshot import SnapshotProvider
+from market_analyst.nodes.analyze import analyze
+from market_analyst.nodes.draft_report import draft_report
+from market_analyst.nodes.fetch_market_data import fetch_market_data
+from market_analyst.nodes.load_profile import load_profile
+from market_analyst.nodes.publish import build_document
+from market_analyst.persistence.archive import ReportArchive, render_document
+from market_analyst.state import Approval
+
+TICKERS = ("NVDA", "MSFT", "NFLX", "TSLA", "SPX")
+
+
+def _real_states() -> dict[str, dict[str, Any]]:
+    """One real drafted state per ticker, made by the real nodes from the bundled snapshot."""
+    states = {}
+    provider = SnapshotProvider()
+    for ticker in TICKERS:
+        state: dict[str, Any] = {"ticker": ticker, "question": "", "user_id": "bench", "feedback": []}
+        state |= load_profile(state, profiles=NoProfiles())  # type: ignore[arg-type]
+        state |= fetch_market_data(state, market_data=provider)  # type: ignore[arg-type]
+        state |= analyze(state)  # type: ignore[arg-type]
+        state |= draft_report(state)  # type: ignore[arg-type]
+        states[ticker] = state
+    return states
+
+
+def fill(archive: ReportArchive, n: int) -> None:
+    """Write `n` real-shaped reports (five tickers, fifty users, one thread each) as `publish` would
+    render them, without its per-document fsyncs, which would make the set-up take minutes."""
+    archive.root.mkdir(parents=True, exist_ok=True)
+    states = _real_states()
+    for i in range(n):
+        ticker = TICKERS[i % len(TICKERS)]
+        state = dict(states[ticker], user_id=f"user{i % 50}")
+        approval = Approval(
+            decision="approved",
+            by="bench",
+            at=f"2025-02-15T00:{i // 60 % 60:02d}:{i % 60:02d}+00:00",
+            draft_id=state["draft"]["draft_id"],
+        )
+        key, document = build_document(f"thread-{i:06d}", state, approval)  # type: ignore[arg-type]
+        (archive.root / f"{key}.json").write_bytes(render_document(document))
+
+
+def naive_search(root: Path, *, ticker: str | None = None, text: str | None = None) -> list[str]:
+    """Parse every document and filter in Python."""
+    found = []
+    for path in sorted(root.glob("*.json")):
+        document = json.loads(path.read_text())
+        if ticker and document["ticker"] != ticker:
+            continue
+        if text and text.casefold() not in document["markdown"].casefold():
+            continue
+        found.append(document["key"])
+    return found
+
+
+def _time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    samples, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples), result
+
+
+def run(n: int = 10_000, repeat: int = 5) -> None:
+    """Print the timings and ratios (the two readers must also agree on every answer)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = ReportArchive(Path(tmp) / "reports")
+        start = time.perf_counter()
+        fill(archive, n)
+        print(f"archive: {n:,} archived reports")
+        print(f"  wrote them in {time.perf_counter() - start:.1f} s")
+        cold, _ = _time(lambda: archive.list(), 1)
+        print(f"  first listing, which builds the index from every document: {cold * 1000:.0f} ms")
+        cases = [
+            (
+                "reports list",
+                lambda: [r.key for r in archive.list().reports],
+                lambda: naive_search(archive.root),
+            ),
+            (
+                "reports search --ticker NVDA",
+                lambda: [r.key for r in archive.search(ticker="NVDA").reports],
+                lambda: naive_search(archive.root, ticker="NVDA"),
+            ),
+            (
+                "reports search 'trend: up'",
+                lambda: [r.key for r in archive.search(text="trend: up").reports],
+                lambda: naive_search(archive.root, text="trend: up"),
+            ),
+        ]
+        for name, indexed, naive in cases:
+            t_index, got = _time(indexed, repeat)
+            t_naive, want = _time(naive, repeat)
+            assert sorted(got) == sorted(want), f"{name}: indexed and naive readers disagree"
+            print(
+                f"  {name:<30} {len(got):>6} hits  indexed {t_index * 1000:8.1f} ms  "
+                f"naive {t_naive * 1000:8.1f} ms  ratio {t_naive / t_index:6.1f}x"
+            )
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000)
