@@ -158,7 +158,10 @@ def fresh_cli(tmp_path_factory: pytest.TempPathFactory, postgres_server: str):
         name = "r_" + uuid.uuid4().hex[:16]
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
-        env = clean_environ() | {"MA_DATA_DIR": str(tmp / "data"), "POSTGRES_URL": _with_database(postgres_server, name)}
+        env = clean_environ() | {
+            "MA_DATA_DIR": str(tmp / "data"),
+            "POSTGRES_URL": _with_database(postgres_server, name),
+        }
         return Cli(env=env, cwd=tmp)
 
     return make
@@ -230,9 +233,26 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")  # the server holds it open until it stops
         self.proc = subprocess.Popen(
-            [str(binary), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent,
+            [
+                str(binary),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.data_dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         client = redis.Redis(port=self.port, socket_connect_timeout=1)

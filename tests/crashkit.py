@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRELOAD = ["market_analyst.cli", "market_analyst.workflow", "market_analyst.graph",
-           "langgraph.checkpoint.postgres", "langgraph.checkpoint.redis", "psycopg", "tests.crash_child"]
+PRELOAD = [
+    "market_analyst.cli",
+    "market_analyst.workflow",
+    "market_analyst.graph",
+    "langgraph.checkpoint.postgres",
+    "langgraph.checkpoint.redis",
+    "psycopg",
+    "tests.crash_child",
+]
 
 
 @dataclass
@@ -73,7 +80,9 @@ class Harness:
         self.ctx.set_forkserver_preload(PRELOAD)
         self.counter = 0
 
-    def run(self, argv: list[str], env: dict[str, str], kill_point: str = "none", timeout: float = 120) -> Outcome:
+    def run(
+        self, argv: list[str], env: dict[str, str], kill_point: str = "none", timeout: float = 120
+    ) -> Outcome:
         """Run `market-analyst argv...` in a child; kill it at `kill_point` (see tests.crash_child)."""
         self.counter += 1
         base = self.workdir / f"child-{os.getpid()}-{self.counter}"

@@ -161,3 +161,8 @@ def test_cli_search_and_filters(cli: Cli):
     assert [r["key"] for r in found] == [nvda]
     assert cli.ok("reports", "search", "--user", "nobody", "--json").json() == []
     assert "needs text" in cli.fails("reports", "search").stderr
+
+
+def test_a_trailing_newline_is_not_a_valid_key(tmp_path: Path):
+    with pytest.raises(ArchiveError, match="invalid archive key"):
+        ReportArchive(tmp_path / "reports").publish("k1\n", _document("k1"))

@@ -102,6 +102,7 @@ def test_same_input_same_draft(cli: Cli):
         (("reject", "some-thread"), "--reason"),
         (("analyze", "NVDA", "--durability", "sometimes"), "--durability"),
         (("analyze", "NVDA", "--user", "a b"), "invalid user ID"),
+        (("analyze", "NVDA", "--user", ""), "invalid user ID"),
         (("approve", "../../etc"), "invalid thread ID"),
     ],
 )
@@ -133,6 +134,15 @@ def test_bad_input_writes_no_state(cli: Cli):
 
 
 def test_every_command_has_help(cli: Cli):
-    for command in (["analyze"], ["approve"], ["reject"], ["revise"], ["resume"], ["status"], ["threads"],
-                    ["reports", "list"], ["reports", "show"]):
+    for command in (
+        ["analyze"],
+        ["approve"],
+        ["reject"],
+        ["revise"],
+        ["resume"],
+        ["status"],
+        ["threads"],
+        ["reports", "list"],
+        ["reports", "show"],
+    ):
         assert "Usage" in cli.ok(*command, "--help").stdout

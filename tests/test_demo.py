@@ -16,8 +16,11 @@ def test_make_demo_publishes_one_report_from_a_second_process(tmp_path: Path):
     try:
         result = subprocess.run(
             ["make", "demo", f"VENV={venv}"],
-            cwd=REPO, env=clean_environ() | {"MA_DATA_DIR": str(data_dir)},
-            capture_output=True, text=True, timeout=300,
+            cwd=REPO,
+            env=clean_environ() | {"MA_DATA_DIR": str(data_dir)},
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "approve it from a second process" in result.stdout

@@ -20,7 +20,12 @@ def run_with_kill(cli: Cli, kill_point: str, *args: str) -> subprocess.Completed
     """Run the CLI in a child process that SIGKILLs itself at `kill_point`."""
     return subprocess.run(
         [sys.executable, "-m", "tests.crash_child", kill_point, *args],
-        cwd=REPO, env=cli.env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -98,7 +103,11 @@ def test_eight_concurrent_approvals_publish_once_without_forking_the_thread(cli:
     procs = [
         subprocess.Popen(
             [*market_analyst_command(), "approve", race, "--user", f"approver{i}"],
-            cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=cli.cwd,
+            env=cli.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             stdin=subprocess.DEVNULL,
         )
         for i in range(8)
@@ -128,14 +137,23 @@ def test_a_busy_thread_refuses_a_second_command_and_changes_nothing(cli: Cli):
     before = cli.ok("status", held, "--json").json()
     # Hold the thread's lease from another process for the duration of the check.
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LEASE, held], cwd=REPO, env=cli.env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", HOLD_LEASE, held],
+        cwd=REPO,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
-        for args in (("approve", held), ("reject", held, "--reason", "x"), ("resume", held),
-                     ("revise", held, "--feedback", "x"), ("analyze", "NVDA", "--thread-id", held)):
+        for args in (
+            ("approve", held),
+            ("reject", held, "--reason", "x"),
+            ("resume", held),
+            ("revise", held, "--feedback", "x"),
+            ("analyze", "NVDA", "--thread-id", held),
+        ):
             result = cli.fails(*args)
             assert f"thread {held} is busy" in result.stderr, result.stderr
         assert cli.ok("status", held, "--json").json() == before

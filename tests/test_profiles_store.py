@@ -97,7 +97,10 @@ def test_update_changes_only_the_given_fields(store: ProfileStore):
     got = store.get("ann")
     assert got is not None
     assert (got.risk_tolerance, got.horizon, got.preferred_sectors, got.notes) == (
-        "aggressive", "short", ["semiconductors"], "n",
+        "aggressive",
+        "short",
+        ["semiconductors"],
+        "n",
     )
 
 
@@ -122,8 +125,11 @@ def test_invalid_values_store_nothing(store: ProfileStore, changes: dict[str, ob
 
 @pytest.mark.parametrize("user_id", ["", "a" * 65, "a" * 500, "ann smith", "../ann", "-ann", "ann\n"])
 def test_invalid_user_ids_are_refused(store: ProfileStore, user_id: str):
-    for call in (lambda: store.get(user_id), lambda: store.update(user_id, horizon="long"),
-                 lambda: store.delete(user_id)):
+    for call in (
+        lambda: store.get(user_id),
+        lambda: store.update(user_id, horizon="long"),
+        lambda: store.delete(user_id),
+    ):
         with pytest.raises(UserError, match="invalid user ID"):
             call()
 
@@ -167,7 +173,9 @@ def hold_folder(path: Path, seconds: float) -> subprocess.Popen[str]:
     """A real second process that opens the local store and keeps it for `seconds`."""
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(path), str(seconds)],
-        stdout=subprocess.PIPE, text=True, env=clean_environ(),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_environ(),
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc

@@ -52,8 +52,11 @@ def test_lease_is_busy_while_held_renewed_past_its_ttl_and_free_after_a_killed_h
     thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
     before = _status(cli, thread)
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, thread], cwd=cli.cwd, env=cli.env | {"MA_LEASE_TTL_SECONDS": str(ttl)},
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", HOLDER, thread],
+        cwd=cli.cwd,
+        env=cli.env | {"MA_LEASE_TTL_SECONDS": str(ttl)},
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -171,7 +174,9 @@ def test_a_killed_and_restarted_redis_still_holds_the_paused_thread(tmp_path: Pa
     server = RedisServer(tmp_path / "redis").start()
     try:
         env = clean_environ() | {
-            "MA_DATA_DIR": str(tmp_path / "data"), "MA_CHECKPOINTER": "redis", "REDIS_URL": server.url,
+            "MA_DATA_DIR": str(tmp_path / "data"),
+            "MA_CHECKPOINTER": "redis",
+            "REDIS_URL": server.url,
         }
         cli = Cli(env=env, cwd=tmp_path)
         thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
@@ -193,7 +198,12 @@ def test_make_demo_runs_on_redis(tmp_path: Path, redis_url: str):
     venv = Path(sys.executable).parent.parent
     env = clean_environ() | {"MA_DATA_DIR": str(data_dir), "MA_CHECKPOINTER": "redis", "REDIS_URL": redis_url}
     result = subprocess.run(
-        ["make", "demo", f"VENV={venv}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        ["make", "demo", f"VENV={venv}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     documents = list((data_dir / "reports").glob("*.json"))

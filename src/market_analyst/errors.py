@@ -9,5 +9,7 @@ class ThreadBusy(UserError):
     """Another command holds the lease on this thread."""
 
     def __init__(self, thread_id: str) -> None:
-        super().__init__(f"thread {thread_id} is busy: another command is advancing it; try again when it ends")
+        super().__init__(
+            f"thread {thread_id} is busy: another command is advancing it; try again when it ends"
+        )
         self.thread_id = thread_id

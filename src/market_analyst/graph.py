@@ -58,4 +58,8 @@ def mermaid() -> str:
     from market_analyst.deps import NoProfiles
 
     deps = Deps.from_settings(Settings.load(environ={}, dotenv=None))
-    return str(build_graph(deps=Deps(deps.market_data, NoProfiles(), deps.archive, deps.now)).get_graph().draw_mermaid())
+    return str(
+        build_graph(deps=Deps(deps.market_data, NoProfiles(), deps.archive, deps.now))
+        .get_graph()
+        .draw_mermaid()
+    )

@@ -44,7 +44,7 @@ def validate_user_id(raw: str) -> str:
 
 def validate_thread_id(raw: str) -> str:
     """Return `raw` if it is a valid thread ID, else raise `UserError`."""
-    if not THREAD_ID_PATTERN.match(raw):
+    if not THREAD_ID_PATTERN.fullmatch(raw):
         shown = raw if len(raw) <= 20 else raw[:20] + "..."
         raise UserError(f"invalid thread ID {shown!r}: use 1-128 letters, digits, '.', '_', ':', '@' or '-'")
     return raw

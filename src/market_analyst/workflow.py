@@ -59,10 +59,10 @@ def _view(graph: Any, thread_id: str) -> ThreadView | None:
         return None
     values = snapshot.values or {}
     next_nodes = list(snapshot.next)
-    approval = values.get("approval")
+    approval: dict[str, Any] | None = values.get("approval")
     draft = values.get("draft")
     if next_nodes == ["publish"]:
-        approved = bool(approval) and approval.get("decision") == "approved"
+        approved = approval is not None and approval.get("decision") == "approved"
         status = "approved_pending_publish" if approved else "awaiting_approval"
     elif not next_nodes and snapshot.tasks:
         # The tasks of the latest checkpoint finished and their writes were saved, but the process
@@ -94,7 +94,9 @@ def _view(graph: Any, thread_id: str) -> ThreadView | None:
 def _require_view(graph: Any, thread_id: str) -> ThreadView:
     view = _view(graph, thread_id)
     if view is None:
-        raise UserError(f"unknown thread {thread_id}: no run has that ID (start one with: market-analyst analyze TICKER)")
+        raise UserError(
+            f"unknown thread {thread_id}: no run has that ID (start one with: market-analyst analyze TICKER)"
+        )
     return view
 
 
@@ -129,7 +131,9 @@ def _graph(settings: Settings, thread_id: str | None = None) -> Iterator[Any]:
             if not _is_store_outage(exc):
                 raise
             detail = " ".join(str(exc).split())[:160] or type(exc).__name__
-            then = f"; when it is back, continue with 'market-analyst resume {thread_id}'" if thread_id else ""
+            then = (
+                f"; when it is back, continue with 'market-analyst resume {thread_id}'" if thread_id else ""
+            )
             raise UserError(f"lost the checkpointer at {backend.description} ({detail}){then}") from None
 
 
@@ -142,7 +146,8 @@ def _run(graph: Any, inputs: Any, thread_id: str, durability: Durability, progre
 
 
 def _user(settings: Settings, user: str | None) -> str:
-    return validate_user_id(user or settings.user or DEFAULT_USER)
+    # An explicit --user "" is refused, not replaced by the default.
+    return validate_user_id(user if user is not None else settings.user or DEFAULT_USER)
 
 
 def start_analysis(
@@ -175,7 +180,9 @@ def start_analysis(
 def _finished_refusal(view: ThreadView, action: str) -> UserError | None:
     if view.status == "published":
         key = (view.publication or {}).get("key")
-        return UserError(f"thread {view.thread_id} was already published (archive key {key}); nothing to {action}")
+        return UserError(
+            f"thread {view.thread_id} was already published (archive key {key}); nothing to {action}"
+        )
     if view.status == "rejected":
         approval = view.approval or {}
         return UserError(
@@ -193,13 +200,20 @@ def _finished_refusal(view: ThreadView, action: str) -> UserError | None:
 
 
 def approve_thread(
-    settings: Settings, thread_id: str, *, user: str | None = None, note: str = "", progress: Progress | None = None
+    settings: Settings,
+    thread_id: str,
+    *,
+    user: str | None = None,
+    note: str = "",
+    progress: Progress | None = None,
 ) -> ThreadView:
     """Record an approval of the current draft and resume into `publish`."""
     validate_thread_id(thread_id)
     approver = _user(settings, user)
     if settings.approvers and approver not in settings.approvers:
-        raise UserError(f"user {approver!r} may not approve: MA_APPROVERS allows {', '.join(sorted(settings.approvers))}")
+        raise UserError(
+            f"user {approver!r} may not approve: MA_APPROVERS allows {', '.join(sorted(settings.approvers))}"
+        )
     with _graph(settings, thread_id) as graph:
         view = _require_view(graph, thread_id)
         refusal = _finished_refusal(view, "approve")

@@ -72,7 +72,7 @@ def rsi(closes: Sequence[float], period: int = 14) -> float | None:
 
 
 def trend(price: float, sma50: float | None, sma200: float | None) -> str:
-    """"up" when price > SMA50 > SMA200, "down" when price < SMA50 < SMA200, else "mixed"."""
+    """ "up" when price > SMA50 > SMA200, "down" when price < SMA50 < SMA200, else "mixed"."""
     if sma50 is None or sma200 is None:
         return "unknown"
     if price > sma50 > sma200:

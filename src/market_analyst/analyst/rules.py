@@ -41,6 +41,11 @@ HORIZON_WEIGHTS: dict[str, dict[str, float]] = {
 }
 
 
+def _a(word: str) -> str:
+    """The word with its indefinite article: "a moderate", "an aggressive"."""
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
 def _pct(value: float) -> str:
     return f"{value * 100:.1f}%"
 
@@ -54,7 +59,9 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
     # Momentum: horizon-weighted returns, each squashed so one outlier cannot decide alone.
     used = {k: w for k, w in weights.items() if figures.get(k) is not None}
     total_weight = sum(used.values())
-    momentum = sum(w * math.tanh(float(figures[k]) / 0.25) for k, w in used.items()) / total_weight if used else 0.0
+    momentum = (
+        sum(w * math.tanh(float(figures[k]) / 0.25) for k, w in used.items()) / total_weight if used else 0.0
+    )
 
     trend_score = {"up": 0.25, "down": -0.25}.get(str(figures.get("trend")), 0.0)
     rsi_value = figures.get("rsi_14")
@@ -76,19 +83,19 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
             penalty += limits.penalty_weight * min(excess, 1.5) * 0.4
             risks.append(
                 f"annualised volatility of {_pct(volatility)} exceeds the {_pct(limits.max_volatility)} "
-                f"a {tolerance} profile accepts"
+                f"{_a(tolerance)} profile accepts"
             )
         else:
             risks.append(
                 f"annualised volatility of {_pct(volatility)} is within the {_pct(limits.max_volatility)} "
-                f"a {tolerance} profile accepts"
+                f"{_a(tolerance)} profile accepts"
             )
     drawdown = float(figures.get("max_drawdown_1y") or 0.0)
     if drawdown > limits.max_drawdown:
         penalty += limits.penalty_weight * min(drawdown / limits.max_drawdown - 1.0, 1.5) * 0.4
         risks.append(
             f"the largest fall in the past year, {_pct(drawdown)}, is deeper than the "
-            f"{_pct(limits.max_drawdown)} a {tolerance} profile accepts"
+            f"{_pct(limits.max_drawdown)} {_a(tolerance)} profile accepts"
         )
     benchmark = figures.get("benchmark")
     if isinstance(benchmark, dict) and benchmark.get("beta") is not None and benchmark["beta"] > 1.3:
@@ -119,7 +126,7 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
         "risk_factors": risks,
         "analyst": dict(ANALYST),
         "framing": (
-            f"Judged for a {tolerance} investor with a {profile.horizon} horizon: buy at a score of "
+            f"Judged for {_a(tolerance)} investor with a {profile.horizon} horizon: buy at a score of "
             f"{limits.buy_above:+.2f} or more, sell at {limits.sell_below:+.2f} or less; "
             f"volatility limit {_pct(limits.max_volatility)}, drawdown limit {_pct(limits.max_drawdown)}."
         ),

@@ -12,10 +12,8 @@ import sys
 
 import typer
 
-try:  # typer 0.29+ vendors click; older releases depend on it
-    from typer._click.exceptions import ClickException, UsageError
-except ImportError:  # pragma: no cover
-    from click.exceptions import ClickException, UsageError  # type: ignore[import-not-found,no-redef]
+# typer 0.29+ vendors click, and only there are its usage errors reachable.
+from typer._click.exceptions import ClickException, UsageError
 
 from market_analyst.cli import db, profile, reports, runs
 from market_analyst.errors import UserError
@@ -63,7 +61,11 @@ def main(argv: list[str] | None = None) -> None:
         print("error: aborted", file=sys.stderr)
         sys.exit(130)
     except UsageError as exc:
-        where = f"market-analyst {exc.ctx.command_path.split(' ', 1)[1]}" if exc.ctx and " " in exc.ctx.command_path else "market-analyst"
+        where = (
+            f"market-analyst {exc.ctx.command_path.split(' ', 1)[1]}"
+            if exc.ctx and " " in exc.ctx.command_path
+            else "market-analyst"
+        )
         print(f"error: {_one_line(exc.format_message())} (see '{where} --help')", file=sys.stderr)
         sys.exit(2)
     except ClickException as exc:
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         print(
-            f"internal error: {type(exc).__name__}: {_one_line(str(exc))} (run with --debug for the traceback)",
+            f"internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+            "(run with --debug for the traceback)",
             file=sys.stderr,
         )
         sys.exit(1)

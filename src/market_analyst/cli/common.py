@@ -16,7 +16,11 @@ JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object instead 
 
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment and `.env`, with the command's options applied."""
-    allowed = {"durability": DURABILITY_MODES, "checkpointer": CHECKPOINTERS, "market_data": MARKET_DATA_KINDS}
+    allowed = {
+        "durability": DURABILITY_MODES,
+        "checkpointer": CHECKPOINTERS,
+        "market_data": MARKET_DATA_KINDS,
+    }
     for name, choices in allowed.items():
         value = overrides.get(name)
         if value is not None and value not in choices:

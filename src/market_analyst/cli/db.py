@@ -31,6 +31,12 @@ def status() -> None:
 
         print(f"POSTGRES_URL is set ({redact_url(settings.postgres_url)}); the embedded server is not used.")
     elif pid_file.exists():
-        print(f"The embedded PostgreSQL runs in {settings.postgres_dir} (pid {pid_file.read_text().split()[0]}).")
+        print(
+            f"The embedded PostgreSQL runs in {settings.postgres_dir} "
+            f"(pid {pid_file.read_text().split()[0]})."
+        )
     else:
-        print(f"The embedded PostgreSQL is not running; it starts with the next command ({settings.postgres_dir}).")
+        print(
+            "The embedded PostgreSQL is not running; it starts with the next command "
+            f"({settings.postgres_dir})."
+        )

@@ -27,7 +27,10 @@ def _print_listing(ticker: str | None, user: str | None, text: str | None, json_
     if not listing.reports:
         print(f"No matching reports in {archive.root}.", file=sys.stderr)
     for r in listing.reports:
-        print(f"{r.key}  {r.ticker:<6} {r.recommendation:<5} {r.created_at}  user {r.user_id}  approved by {r.approved_by}")
+        print(
+            f"{r.key}  {r.ticker:<6} {r.recommendation:<5} {r.created_at}  "
+            f"user {r.user_id}  approved by {r.approved_by}"
+        )
 
 
 @app.command("list")
@@ -54,7 +57,9 @@ def search_reports(
 
 
 @app.command("show")
-def show_report(key: str = typer.Argument(..., help="The archive key."), json_output: bool = JSON_OPTION) -> None:
+def show_report(
+    key: str = typer.Argument(..., help="The archive key."), json_output: bool = JSON_OPTION
+) -> None:
     """Print one published report (Markdown, or the whole document with --json)."""
     from market_analyst.errors import UserError
     from market_analyst.persistence.archive import ReportArchive
@@ -62,9 +67,14 @@ def show_report(key: str = typer.Argument(..., help="The archive key."), json_ou
     archive = ReportArchive(load_settings().archive_dir)
     document = archive.get(key)
     if document is None:
-        raise UserError(f"no report with key {key!r} in {archive.root} (list them with: market-analyst reports list)")
+        raise UserError(
+            f"no report with key {key!r} in {archive.root} (list them with: market-analyst reports list)"
+        )
     if json_output:
         emit_json(document)
     else:
         print(document["markdown"], end="")
-        print(f"\nApproved by {document['approved_by']} at {document['approved_at']}; archive key {document['key']}.")
+        print(
+            f"\nApproved by {document['approved_by']} at {document['approved_at']}; "
+            f"archive key {document['key']}."
+        )

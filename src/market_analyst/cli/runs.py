@@ -39,24 +39,33 @@ def _render_draft(view: Any) -> None:
     print(f"  {d.get('headline')}")
     print(f"  Recommendation: {str(d.get('recommendation')).upper()}, confidence {d.get('confidence'):.2f}")
     print(
-        f"  Returns 1M {_pct(f.get('return_1m'))}, 3M {_pct(f.get('return_3m'))}, 6M {_pct(f.get('return_6m'))}, "
+        f"  Returns 1M {_pct(f.get('return_1m'))}, 3M {_pct(f.get('return_3m'))}, "
+        f"6M {_pct(f.get('return_6m'))}, "
         f"1Y {_pct(f.get('return_1y'))}; volatility {_plain_pct(f.get('volatility_1y'))}, "
-        f"max drawdown {_plain_pct(f.get('max_drawdown_1y'))}; RSI(14) {f.get('rsi_14')}; trend {f.get('trend')}"
+        f"max drawdown {_plain_pct(f.get('max_drawdown_1y'))}; RSI(14) {f.get('rsi_14')}; "
+        f"trend {f.get('trend')}"
     )
     print(f"  Data: {d.get('data_source')}")
     print(f"  Profile: {(d.get('profile') or {}).get('statement')}")
-    print(f"  Analyst: {(d.get('analyst') or {}).get('name')} (version {(d.get('analyst') or {}).get('version')})")
+    analyst = d.get("analyst") or {}
+    print(f"  Analyst: {analyst.get('name')} (version {analyst.get('version')})")
 
 
 def _render_view(view: Any) -> None:
-    print(f"Thread {view.thread_id}: {view.status.replace('_', ' ')}" + (f" ({view.ticker})" if view.ticker else ""))
+    print(
+        f"Thread {view.thread_id}: {view.status.replace('_', ' ')}"
+        + (f" ({view.ticker})" if view.ticker else "")
+    )
     if view.next:
         print(f"  Next node: {', '.join(view.next)}")
     if view.draft:
         _render_draft(view)
     if view.approval:
         a = view.approval
-        print(f"  Decision: {a['decision']} by {a['by']} at {a['at']}" + (f": {a['note']}" if a.get("note") else ""))
+        print(
+            f"  Decision: {a['decision']} by {a['by']} at {a['at']}"
+            + (f": {a['note']}" if a.get("note") else "")
+        )
     if view.publication:
         print(f"  Archive key: {view.publication['key']}")
     _render_next_steps(view)
@@ -94,7 +103,11 @@ def register(app: typer.Typer) -> None:
 
         settings = load_settings(durability=durability, checkpointer=checkpointer, market_data=data)
         view = start_analysis(
-            settings, ticker, question=question, user=user, thread_id=thread_id,
+            settings,
+            ticker,
+            question=question,
+            user=user,
+            thread_id=thread_id,
             progress=None if json_output else progress_printer(),
         )
         if json_output:
@@ -105,7 +118,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def approve(
         thread_id: str = typer.Argument(..., help="The thread to approve."),
-        user: str = typer.Option(None, "--user", help="Who approves (recorded; MA_APPROVERS may restrict it)."),
+        user: str = typer.Option(
+            None, "--user", help="Who approves (recorded; MA_APPROVERS may restrict it)."
+        ),
         note: str = typer.Option("", "--note", help="A note recorded with the approval."),
         durability: str = typer.Option(None, "--durability", help=DURABILITY_HELP),
         checkpointer: str = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
@@ -143,7 +158,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def revise(
         thread_id: str = typer.Argument(..., help="The thread to revise."),
-        feedback: str = typer.Option(..., "--feedback", help="What the next draft should address (required)."),
+        feedback: str = typer.Option(
+            ..., "--feedback", help="What the next draft should address (required)."
+        ),
         checkpointer: str = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
         json_output: bool = JSON_OPTION,
     ) -> None:
@@ -151,7 +168,9 @@ def register(app: typer.Typer) -> None:
         from market_analyst.workflow import revise_thread
 
         view = revise_thread(
-            load_settings(checkpointer=checkpointer), thread_id, feedback=feedback,
+            load_settings(checkpointer=checkpointer),
+            thread_id,
+            feedback=feedback,
             progress=None if json_output else progress_printer(),
         )
         if json_output:

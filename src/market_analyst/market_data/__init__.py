@@ -25,7 +25,7 @@ def normalize_ticker(raw: str) -> str:
     ticker = raw.strip().upper()
     if not ticker:
         raise UserError("ticker is empty: give a symbol such as NVDA")
-    if not _TICKER.match(ticker) or ".." in ticker:
+    if not _TICKER.fullmatch(ticker) or ".." in ticker:
         shown = raw if len(raw) <= 20 else raw[:20] + "..."
         raise UserError(
             f"malformed ticker {shown!r}: use 1-10 letters, digits, '.' or '-' (for example NVDA or BRK-B)"

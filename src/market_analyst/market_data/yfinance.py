@@ -13,9 +13,11 @@ class YFinanceProvider:
 
     def load(self, ticker: str) -> PriceHistory:
         try:
-            import yfinance  # type: ignore[import-not-found]
+            import yfinance
         except ImportError:
-            raise UserError("--data yfinance needs the live extra: pip install 'market-analyst-agent[live]'") from None
+            raise UserError(
+                "--data yfinance needs the live extra: pip install 'market-analyst-agent[live]'"
+            ) from None
         symbol = "^GSPC" if ticker == "SPX" else ticker
         try:
             frame = yfinance.Ticker(symbol).history(period="2y", auto_adjust=True)

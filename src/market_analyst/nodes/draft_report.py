@@ -100,7 +100,8 @@ def draft_report(state: AnalystState) -> dict[str, Any]:
     summary = (
         f"{state['ticker']} closed at {figures['price']} on {market['as_of']}. "
         f"Over one year it returned {_pct(one_year)} with annualised volatility of "
-        f"{_plain_pct(figures['volatility_1y'])} and a largest fall of {_plain_pct(figures['max_drawdown_1y'])}; "
+        f"{_plain_pct(figures['volatility_1y'])} and a largest fall of "
+        f"{_plain_pct(figures['max_drawdown_1y'])}; "
         f"the trend is {figures['trend']}. {analysis['framing']}"
     )
     content: dict[str, Any] = {

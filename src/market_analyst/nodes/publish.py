@@ -60,9 +60,16 @@ def publish(state: AnalystState, config: RunnableConfig, *, archive: ReportArchi
     draft_id = state["draft"]["draft_id"]
     if approval.draft_id != draft_id:
         raise PublishRefused(
-            f"publish refused: the approval is for draft {approval.draft_id}, the state holds draft {draft_id}"
+            f"publish refused: the approval is for draft {approval.draft_id}, "
+            f"the state holds draft {draft_id}"
         )
     thread_id = str(config["configurable"]["thread_id"])
     key, document = build_document(thread_id, state, approval)
     result = archive.publish(key, document)
-    return {"publication": {"key": result.key, "operation_id": document["operation_id"], "created": result.created}}
+    return {
+        "publication": {
+            "key": result.key,
+            "operation_id": document["operation_id"],
+            "created": result.created,
+        }
+    }

@@ -92,7 +92,7 @@ class ReportArchive:
             or "\\" in key
             or ".." in key
             or os.path.isabs(key)
-            or not _KEY.match(key)
+            or not _KEY.fullmatch(key)
         ):
             raise ArchiveError(
                 f"invalid archive key {key[:40]!r}: use letters, digits, '-', '_' and single dots; "
@@ -172,7 +172,9 @@ class ReportArchive:
         try:
             document = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ArchiveError(f"archive document {self.root / (key + '.json')} is corrupted: {exc}") from None
+            raise ArchiveError(
+                f"archive document {self.root / (key + '.json')} is corrupted: {exc}"
+            ) from None
         if not isinstance(document, dict) or "schema_version" not in document:
             raise ArchiveError(f"archive document {self.root / (key + '.json')} is not a report")
         return document
@@ -192,7 +194,11 @@ class ReportArchive:
         """Keys of every document file, sorted."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name[:-5] for p in self.root.iterdir() if p.name.endswith(".json") and not p.name.startswith("."))
+        return sorted(
+            p.name[:-5]
+            for p in self.root.iterdir()
+            if p.name.endswith(".json") and not p.name.startswith(".")
+        )
 
     # -- the index ------------------------------------------------------------------------------
     #
@@ -221,13 +227,26 @@ class ReportArchive:
         report = document.get("report") or {}
         text = " ".join(
             str(part)
-            for part in (key, document.get("ticker"), document.get("user_id"), report.get("headline"),
-                         document.get("markdown"))
+            for part in (
+                key,
+                document.get("ticker"),
+                document.get("user_id"),
+                report.get("headline"),
+                document.get("markdown"),
+            )
         )
         return (
-            key, document.get("ticker", ""), document.get("user_id"), document.get("created_at", ""),
-            document.get("approved_by", ""), report.get("recommendation", ""), document.get("as_of", ""),
-            report.get("headline", ""), text.casefold(), size, mtime_ns,
+            key,
+            document.get("ticker", ""),
+            document.get("user_id"),
+            document.get("created_at", ""),
+            document.get("approved_by", ""),
+            report.get("recommendation", ""),
+            document.get("as_of", ""),
+            report.get("headline", ""),
+            text.casefold(),
+            size,
+            mtime_ns,
         )
 
     def _index_document(self, key: str, document: dict[str, Any]) -> None:
@@ -249,7 +268,9 @@ class ReportArchive:
             if entry.name.endswith(".json") and not entry.name.startswith("."):
                 stat = entry.stat()
                 on_disk[entry.name[:-5]] = (stat.st_size, stat.st_mtime_ns)
-        indexed = {k: (size, mtime) for k, size, mtime in conn.execute("SELECT key, size, mtime_ns FROM reports")}
+        indexed = {
+            k: (size, mtime) for k, size, mtime in conn.execute("SELECT key, size, mtime_ns FROM reports")
+        }
         gone = [k for k in indexed if k not in on_disk]
         stale = [k for k, stamp in on_disk.items() if indexed.get(k) != stamp]
         problems: list[str] = []
@@ -271,7 +292,9 @@ class ReportArchive:
             conn.execute("COMMIT")
         return problems
 
-    def search(self, *, ticker: str | None = None, user_id: str | None = None, text: str | None = None) -> Listing:
+    def search(
+        self, *, ticker: str | None = None, user_id: str | None = None, text: str | None = None
+    ) -> Listing:
         """Reports matching every filter given (ticker and user exactly, text as a case-blind
         substring of the report), oldest first, plus a line for each unreadable document."""
         if not self.root.is_dir():
@@ -294,7 +317,9 @@ class ReportArchive:
                 args.append(text.casefold())
             sql = (
                 "SELECT key, ticker, user_id, created_at, approved_by, recommendation, as_of, headline "
-                "FROM reports" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at, key"
+                "FROM reports"
+                + (" WHERE " + " AND ".join(where) if where else "")
+                + " ORDER BY created_at, key"
             )
             reports = [ReportSummary(*row) for row in conn.execute(sql, args)]
         return Listing(reports, problems)

@@ -54,7 +54,9 @@ def redact_url(url: str) -> str:
 
 def advisory_key(thread_id: str) -> int:
     """A signed 64-bit advisory-lock key for a thread ID."""
-    return int.from_bytes(hashlib.sha256(f"market-analyst:{thread_id}".encode()).digest()[:8], "big", signed=True)
+    return int.from_bytes(
+        hashlib.sha256(f"market-analyst:{thread_id}".encode()).digest()[:8], "big", signed=True
+    )
 
 
 @dataclass
@@ -74,7 +76,9 @@ class PostgresBackend:
 
     def thread_ids(self) -> list[str]:
         with self.saver.conn.cursor() as cur:
-            cur.execute("SELECT DISTINCT thread_id FROM checkpoints WHERE checkpoint_ns = '' ORDER BY thread_id")
+            cur.execute(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE checkpoint_ns = '' ORDER BY thread_id"
+            )
             return [row["thread_id"] for row in cur.fetchall()]
 
 
