@@ -146,3 +146,35 @@ def test_every_command_has_help(cli: Cli):
         ["reports", "show"],
     ):
         assert "Usage" in cli.ok(*command, "--help").stdout
+
+
+@both_backends
+def test_revise_drafts_again_and_the_approval_binds_to_the_new_draft(cli: Cli):
+    thread = unique_id("revise")
+    first = cli.ok("analyze", "NVDA", "--thread-id", thread, "--json").json()
+    revised = cli.ok("revise", thread, "--feedback", "say more about the drawdown", "--json").json()
+    assert revised["status"] == "awaiting_approval" and revised["pending_node"] == "publish"
+    assert revised["draft"]["revision"] == 2
+    assert revised["draft"]["feedback"] == ["say more about the drawdown"]
+    assert "say more about the drawdown" in revised["draft"]["markdown"]
+    assert revised["draft_id"] != first["draft_id"]
+    cli.ok("approve", thread, "--user", "bob")
+    status = cli.ok("status", thread, "--json").json()
+    assert status["approval"]["draft_id"] == revised["draft_id"]
+    [path] = (cli.data_dir / "reports").glob("*.json")
+    document = json.loads(path.read_text())
+    assert document["draft_id"] == revised["draft_id"] and document["report"]["revision"] == 2
+    assert "already published" in cli.fails("revise", thread, "--feedback", "more").stderr
+
+
+@both_backends
+def test_threads_pending_lists_only_runs_at_the_gate(cli: Cli):
+    waiting, done = unique_id("waiting"), unique_id("done")
+    cli.ok("analyze", "NVDA", "--thread-id", waiting)
+    cli.ok("analyze", "MSFT", "--thread-id", done)
+    cli.ok("approve", done)
+    pending = {t["thread_id"] for t in cli.ok("threads", "--pending", "--json").json()}
+    every = {t["thread_id"]: t["status"] for t in cli.ok("threads", "--json").json()}
+    assert waiting in pending and done not in pending
+    assert every[waiting] == "awaiting_approval" and every[done] == "published"
+    assert waiting in cli.ok("threads", "--pending").stdout
