@@ -199,6 +199,33 @@ def _finished_refusal(view: ThreadView, action: str) -> UserError | None:
     return None
 
 
+def _decidable_view(graph: Any, thread_id: str, action: str, *, approved_ok: bool = False) -> ThreadView:
+    """The thread's view if a decision on its draft can be made now; otherwise `UserError` saying why."""
+    view = _require_view(graph, thread_id)
+    refusal = _finished_refusal(view, action)
+    if refusal:
+        raise refusal
+    if view.status == "approved_pending_publish" and not approved_ok:
+        raise UserError(
+            f"thread {thread_id} is already approved and waits to publish; "
+            f"finish it with 'market-analyst resume {thread_id}'"
+        )
+    assert view.draft is not None
+    return view
+
+
+def _decision(settings: Settings, decision: str, by: str, note: str, view: ThreadView) -> dict[str, Any]:
+    """A decision on the view's draft, recorded with who made it and when (UTC)."""
+    assert view.draft is not None
+    return Approval(
+        decision=decision,  # type: ignore[arg-type]
+        by=by,
+        at=settings.now().isoformat(timespec="seconds"),
+        note=note,
+        draft_id=view.draft["draft_id"],
+    ).model_dump(mode="json")
+
+
 def approve_thread(
     settings: Settings,
     thread_id: str,
@@ -215,20 +242,10 @@ def approve_thread(
             f"user {approver!r} may not approve: MA_APPROVERS allows {', '.join(sorted(settings.approvers))}"
         )
     with _graph(settings, thread_id) as graph:
-        view = _require_view(graph, thread_id)
-        refusal = _finished_refusal(view, "approve")
-        if refusal:
-            raise refusal
-        assert view.draft is not None
+        view = _decidable_view(graph, thread_id, "approve", approved_ok=True)
         if view.status == "awaiting_approval":
-            approval = Approval(
-                decision="approved",
-                by=approver,
-                at=settings.now().isoformat(timespec="seconds"),
-                note=note,
-                draft_id=view.draft["draft_id"],
-            )
-            graph.update_state(_config(thread_id), {"approval": approval.model_dump(mode="json")})
+            approval = _decision(settings, "approved", approver, note, view)
+            graph.update_state(_config(thread_id), {"approval": approval})
         # else: an approval was recorded before a crash; finish what it started, without asking again.
         _run(graph, None, thread_id, settings.durability, progress)
         return _require_view(graph, thread_id)
@@ -241,24 +258,9 @@ def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str 
         raise UserError("reject needs a reason: --reason 'why this draft should not be published'")
     rejecter = _user(settings, user)
     with _graph(settings, thread_id) as graph:
-        view = _require_view(graph, thread_id)
-        refusal = _finished_refusal(view, "reject")
-        if refusal:
-            raise refusal
-        if view.status == "approved_pending_publish":
-            raise UserError(
-                f"thread {thread_id} is already approved and waits to publish; "
-                f"finish it with 'market-analyst resume {thread_id}'"
-            )
-        assert view.draft is not None
-        rejection = Approval(
-            decision="rejected",
-            by=rejecter,
-            at=settings.now().isoformat(timespec="seconds"),
-            note=reason.strip(),
-            draft_id=view.draft["draft_id"],
-        )
-        graph.update_state(_config(thread_id), {"approval": rejection.model_dump(mode="json")})
+        view = _decidable_view(graph, thread_id, "reject")
+        rejection = _decision(settings, "rejected", rejecter, reason.strip(), view)
+        graph.update_state(_config(thread_id), {"approval": rejection})
         _run(graph, None, thread_id, settings.durability, None)
         return _require_view(graph, thread_id)
 
@@ -271,15 +273,7 @@ def revise_thread(
     if not feedback.strip():
         raise UserError("revise needs feedback: --feedback 'what the next draft should change'")
     with _graph(settings, thread_id) as graph:
-        view = _require_view(graph, thread_id)
-        refusal = _finished_refusal(view, "revise")
-        if refusal:
-            raise refusal
-        if view.status == "approved_pending_publish":
-            raise UserError(
-                f"thread {thread_id} is already approved and waits to publish; "
-                f"finish it with 'market-analyst resume {thread_id}'"
-            )
+        _decidable_view(graph, thread_id, "revise")
         snapshot = graph.get_state(_config(thread_id))
         feedback_list = list(snapshot.values.get("feedback") or []) + [feedback.strip()]
         # Written as if `analyze` had produced it, so `draft_report` runs next and drafts anew.

@@ -71,6 +71,14 @@ def _render_view(view: Any) -> None:
     _render_next_steps(view)
 
 
+def _show(view: Any, json_output: bool) -> None:
+    """Print a run's view: the draft's JSON object, or the text rendering."""
+    if json_output:
+        emit_json(_draft_json(view))
+    else:
+        _render_view(view)
+
+
 def _render_next_steps(view: Any) -> None:
     t = view.thread_id
     if view.status == "awaiting_approval":
@@ -110,10 +118,7 @@ def register(app: typer.Typer) -> None:
             thread_id=thread_id,
             progress=None if json_output else progress_printer(),
         )
-        if json_output:
-            emit_json(_draft_json(view))
-        else:
-            _render_view(view)
+        _show(view, json_output)
 
     @app.command()
     def approve(
@@ -173,10 +178,7 @@ def register(app: typer.Typer) -> None:
             feedback=feedback,
             progress=None if json_output else progress_printer(),
         )
-        if json_output:
-            emit_json(_draft_json(view))
-        else:
-            _render_view(view)
+        _show(view, json_output)
 
     @app.command()
     def resume(
@@ -206,10 +208,7 @@ def register(app: typer.Typer) -> None:
         from market_analyst.workflow import thread_status
 
         view = thread_status(load_settings(checkpointer=checkpointer), thread_id)
-        if json_output:
-            emit_json(_draft_json(view))
-        else:
-            _render_view(view)
+        _show(view, json_output)
 
     @app.command()
     def threads(
