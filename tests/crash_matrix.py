@@ -60,12 +60,13 @@ def _phase(kill_point: str) -> str:
     return "analyze"
 
 
-def reference_document(h: Harness, env: dict[str, str], thread_id: str) -> bytes:
-    """The archive document of an uncrashed run with the same inputs, in `env`'s own store."""
-    h.run(["analyze", TICKER, "--thread-id", thread_id, "--user", "ann"], env).check()
-    h.run(["approve", thread_id, "--user", "bob"], env).check()
+def reference_run(h: Harness, env: dict[str, str], thread_id: str) -> tuple[bytes, float]:
+    """The archive document of an uncrashed run with the same inputs, in `env`'s own store, and how
+    many seconds its analyze and approve took (random kills are timed against it)."""
+    first = h.run(["analyze", TICKER, "--thread-id", thread_id, "--user", "ann"], env).check()
+    second = h.run(["approve", thread_id, "--user", "bob"], env).check()
     [path] = sorted((Path(env["MA_DATA_DIR"]) / "reports").glob("*.json"))
-    return path.read_bytes()
+    return path.read_bytes(), first.seconds + second.seconds
 
 
 def _status(h: Harness, env: dict[str, str], thread_id: str) -> str:

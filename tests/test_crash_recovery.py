@@ -23,7 +23,7 @@ from tests.crash_matrix import (
     MODES,
     expected_loss,
     record,
-    reference_document,
+    reference_run,
     run_case,
 )
 from tests.crashkit import Harness
@@ -86,54 +86,31 @@ def _assert_recovered(report, allowed=None) -> None:
 @pytest.mark.parametrize("kill_point", KILL_POINTS)
 def test_kill_point(harness: Harness, envs: dict, mode: str, kill_point: str):
     thread_id = f"crash-{uuid.uuid4().hex[:12]}"
-    expected = reference_document(harness, envs["reference"], thread_id)
+    expected, _ = reference_run(harness, envs["reference"], thread_id)
     report = run_case(harness, envs["crashed"] | {"MA_DURABILITY": mode}, thread_id, kill_point, expected)
     record(report, envs["backend"], mode)
     _assert_recovered(report, expected_loss(mode, kill_point))
 
 
-@pytest.fixture(scope="session")
-def run_seconds(
-    harness: Harness, tmp_path_factory: pytest.TempPathFactory, crash_databases: dict[str, str]
-) -> float:
-    """How long an uncrashed analyze + approve takes here (the fastest of three, after a warm-up):
-    random kills are spread over 90% of it, so each lands while the run is still going."""
-    env = clean_environ() | {
-        "MA_DATA_DIR": str(tmp_path_factory.mktemp("timing")),
-        "POSTGRES_URL": crash_databases["reference"],
-    }
-    harness.run(["threads"], env).check()  # starts the fork server
-    timings = []
-    for _ in range(3):
-        thread_id = f"timing-{uuid.uuid4().hex[:8]}"
-        first = harness.run(["analyze", "NVDA", "--thread-id", thread_id], env).check()
-        second = harness.run(["approve", thread_id], env).check()
-        timings.append(first.seconds + second.seconds)
-    return 0.9 * min(timings)
-
-
 @pytest.mark.parametrize("envs", ["postgres", "redis"], indirect=True)
 @pytest.mark.parametrize("index", range(RANDOM_KILLS))
-def test_random_kill_in_sync_mode(
-    harness: Harness, envs: dict, index: int, request: pytest.FixtureRequest, run_seconds: float
-):
+def test_random_kill_in_sync_mode(harness: Harness, envs: dict, index: int, request: pytest.FixtureRequest):
+    """Kill at a seeded fraction of the time an uncrashed run just took (so under any load the kill
+    lands inside the run); a run that still finished first is tried again at half the delay."""
     backend = request.node.callspec.params["envs"]
     fraction = random.Random(RANDOM_SEED[backend] + index).random()
-    delay = fraction * run_seconds
-    for _ in range(4):  # a run that happened to finish before its timer is tried again, earlier
-        kill_point = f"at:{delay:.3f}"
+    for attempt in range(4):
         thread_id = f"random-{uuid.uuid4().hex[:12]}"
-        expected = reference_document(harness, envs["reference"], thread_id)
-        crashed = envs["crashed"] | {
-            "MA_DURABILITY": "sync",
-            "MA_DATA_DIR": f"{envs['crashed']['MA_DATA_DIR']}-{thread_id}",
-        }
-        report = run_case(harness, crashed, thread_id, kill_point, expected)
+        # Each attempt gets data directories of its own, so its archive holds only its own report.
+        reference = envs["reference"] | {"MA_DATA_DIR": f"{envs['reference']['MA_DATA_DIR']}-{thread_id}"}
+        crashed = envs["crashed"] | {"MA_DATA_DIR": f"{envs['crashed']['MA_DATA_DIR']}-{thread_id}"}
+        expected, seconds = reference_run(harness, reference, thread_id)
+        kill_point = f"at:{fraction * 0.9 * seconds / 2**attempt:.3f}"
+        report = run_case(harness, crashed | {"MA_DURABILITY": "sync"}, thread_id, kill_point, expected)
         if report.killed:
             break
-        delay /= 2
     record(report, backend, "sync")
     if not report.killed:
-        pytest.fail(f"no kill landed: runs finished before {fraction * run_seconds:.3f} s and its halvings")
+        pytest.fail(f"no kill landed: every run finished before its timer ({kill_point})")
     _assert_recovered(report)
     assert len(report.reran) <= 1, f"{kill_point}: sync mode re-ran {report.reran}"
