@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
+from market_analyst.errors import UserError
 from market_analyst.market_data import MarketDataProvider, open_provider
 from market_analyst.persistence.archive import ReportArchive
 from market_analyst.persistence.profiles import ProfileStore
@@ -18,6 +19,38 @@ class ProfileReader(Protocol):
     """Reads one user's stored profile by exact user ID; None when there is none."""
 
     def get(self, user_id: str) -> Profile | None: ...
+
+
+class Analyst(Protocol):
+    """Turns figures and a profile into recommendation, confidence, risk factors and framing."""
+
+    def analyse(
+        self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
+    ) -> dict[str, Any]: ...
+
+
+class RulesAnalyst:
+    """The built-in deterministic analyst (analyst/rules.py)."""
+
+    def analyse(
+        self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
+    ) -> dict[str, Any]:
+        from market_analyst.analyst import rules
+
+        return rules.analyse(figures, profile)
+
+
+def open_analyst(settings: Settings) -> Analyst:
+    """The LLM analyst when the settings choose it (or `OPENAI_API_KEY` is set), else the rules."""
+    if not settings.uses_llm:
+        return RulesAnalyst()
+    if not settings.openai_api_key:
+        raise UserError("MA_ANALYST=llm needs OPENAI_API_KEY (and OPENAI_BASE_URL for another server)")
+    from market_analyst.analyst.llm import LLMAnalyst
+
+    return LLMAnalyst(
+        model=settings.openai_model, api_key=settings.openai_api_key, base_url=settings.openai_base_url
+    )
 
 
 class NoProfiles:
@@ -35,6 +68,7 @@ class Deps:
     profiles: ProfileReader
     archive: ReportArchive
     now: Callable[[], datetime]
+    analyst: Analyst = field(default_factory=RulesAnalyst)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Deps:
@@ -44,4 +78,5 @@ class Deps:
             profiles=ProfileStore.from_settings(settings),
             archive=ReportArchive(settings.archive_dir),
             now=settings.now,
+            analyst=open_analyst(settings),
         )

@@ -35,13 +35,16 @@ def build_graph(
     def fetch_market_data_node(state: AnalystState) -> dict[str, Any]:
         return fetch_market_data(state, market_data=deps.market_data)
 
+    def analyze_node(state: AnalystState) -> dict[str, Any]:
+        return analyze(state, analyst=deps.analyst)
+
     def publish_node(state: AnalystState, config: RunnableConfig) -> dict[str, Any]:
         return publish(state, config, archive=deps.archive)
 
     builder = StateGraph(AnalystState)
     builder.add_node("load_profile", load_profile_node)
     builder.add_node("fetch_market_data", fetch_market_data_node)
-    builder.add_node("analyze", analyze)
+    builder.add_node("analyze", analyze_node)
     builder.add_node("draft_report", draft_report)
     builder.add_node("publish", publish_node)
     builder.add_edge(START, "load_profile")
@@ -55,11 +58,8 @@ def build_graph(
 
 def mermaid() -> str:
     """The Mermaid drawing of the graph, as `graphs/analyst.mmd` stores it."""
-    from market_analyst.deps import NoProfiles
-
-    deps = Deps.from_settings(Settings.load(environ={}, dotenv=None))
     return str(
-        build_graph(deps=Deps(deps.market_data, NoProfiles(), deps.archive, deps.now))
+        build_graph(deps=Deps.from_settings(Settings.load(environ={}, dotenv=None)))
         .get_graph()
         .draw_mermaid()
     )

@@ -18,6 +18,8 @@ MarketDataKind = Literal["snapshot", "csv", "yfinance"]
 DURABILITY_MODES: tuple[Durability, ...] = ("sync", "async", "exit")
 CHECKPOINTERS: tuple[CheckpointerKind, ...] = ("postgres", "redis")
 MARKET_DATA_KINDS: tuple[MarketDataKind, ...] = ("snapshot", "csv", "yfinance")
+AnalystKind = Literal["auto", "rules", "llm"]
+ANALYST_KINDS: tuple[AnalystKind, ...] = ("auto", "rules", "llm")
 
 # Every variable the application reads, with its default; `.env.example` mirrors this table and a
 # test keeps the two in step.
@@ -37,6 +39,10 @@ VARIABLES: dict[str, str] = {
     "MA_APPROVERS": "",
     "MA_LEASE_TTL_SECONDS": "30",
     "SOURCE_DATE_EPOCH": "",
+    "MA_ANALYST": "auto",
+    "OPENAI_API_KEY": "",
+    "OPENAI_BASE_URL": "",
+    "MA_OPENAI_MODEL": "gpt-4o-mini",
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -78,6 +84,15 @@ class Settings:
     approvers: frozenset[str] = field(default_factory=frozenset)
     lease_ttl_seconds: float = 30.0
     fixed_now: datetime | None = None
+    analyst: AnalystKind = "auto"
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_base_url: str | None = None
+    openai_model: str = "gpt-4o-mini"
+
+    @property
+    def uses_llm(self) -> bool:
+        """The LLM analyst runs when chosen, or by default when `OPENAI_API_KEY` is set."""
+        return self.analyst == "llm" or (self.analyst == "auto" and bool(self.openai_api_key))
 
     @property
     def archive_dir(self) -> Path:
@@ -147,4 +162,8 @@ class Settings:
             approvers=approvers,
             lease_ttl_seconds=ttl,
             fixed_now=fixed_now,
+            analyst=_choice("MA_ANALYST", get("MA_ANALYST"), ANALYST_KINDS),  # type: ignore[arg-type]
+            openai_api_key=get("OPENAI_API_KEY") or None,
+            openai_base_url=get("OPENAI_BASE_URL") or None,
+            openai_model=get("MA_OPENAI_MODEL") or VARIABLES["MA_OPENAI_MODEL"],
         )

@@ -97,7 +97,8 @@ def draft_report(state: AnalystState) -> dict[str, Any]:
         f"{state['ticker']}: {recommendation.upper()} at {figures['price']} "
         f"(1Y {_pct(one_year)}, volatility {_plain_pct(figures['volatility_1y'])}), {market['data_source']}"
     )
-    summary = (
+    # The rules analyst leaves the prose to this node; the LLM analyst writes its own summary.
+    summary = analysis.get("summary") or (
         f"{state['ticker']} closed at {figures['price']} on {market['as_of']}. "
         f"Over one year it returned {_pct(one_year)} with annualised volatility of "
         f"{_plain_pct(figures['volatility_1y'])} and a largest fall of "
