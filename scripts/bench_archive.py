@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from market_analyst.deps import NoProfiles
+from market_analyst.deps import NoProfiles, RulesAnalyst
 from market_analyst.market_data.snapshot import SnapshotProvider
 from market_analyst.nodes.analyze import analyze
 from market_analyst.nodes.draft_report import draft_report
@@ -32,7 +32,7 @@ def _real_states() -> dict[str, dict[str, Any]]:
         state: dict[str, Any] = {"ticker": ticker, "question": "", "user_id": "bench", "feedback": []}
         state |= load_profile(state, profiles=NoProfiles())  # type: ignore[arg-type]
         state |= fetch_market_data(state, market_data=provider)  # type: ignore[arg-type]
-        state |= analyze(state)  # type: ignore[arg-type]
+        state |= analyze(state, analyst=RulesAnalyst())  # type: ignore[arg-type]
         state |= draft_report(state)  # type: ignore[arg-type]
         states[ticker] = state
     return states

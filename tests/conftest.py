@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from market_analyst.services import embedded_postgres_uri, stop_embedded_postgres
+from tests.crashkit import Harness
 
 REPO = Path(__file__).resolve().parent.parent
 # Variables the application reads; stripped from the environment the tests inherit.
@@ -90,14 +91,22 @@ class Result:
 
 @dataclass
 class Cli:
-    """Runs `market-analyst` in a child process with this test's settings."""
+    """Runs `market-analyst` in a child process with this test's settings: forked from the session's
+    pre-imported fork server when `harness` is set (a fraction of a second a command), else a new
+    interpreter running the installed console script."""
 
     env: dict[str, str]
     cwd: Path
+    harness: Harness | None = None
     calls: list[list[str]] = field(default_factory=list)
 
     def run(self, *args: str, extra_env: dict[str, str] | None = None, timeout: float = 120) -> Result:
         self.calls.append(list(args))
+        if self.harness is not None:
+            outcome = self.harness.run(
+                list(args), {**self.env, **(extra_env or {})}, timeout=timeout, cwd=self.cwd
+            )
+            return Result(outcome.returncode, outcome.stdout, outcome.stderr)
         proc = subprocess.run(
             [*market_analyst_command(), *args],
             cwd=self.cwd,
@@ -140,17 +149,23 @@ def checkpointer_env(request: pytest.FixtureRequest, backend: str) -> dict[str, 
     return {"POSTGRES_URL": request.getfixturevalue("postgres_url")}
 
 
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    """A fork server that has imported the package, for running many CLI commands cheaply."""
+    return Harness(tmp_path_factory.mktemp("children"))
+
+
 @pytest.fixture
-def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+def cli(request: pytest.FixtureRequest, tmp_path: Path, harness: Harness) -> Cli:
     """The real CLI against this test's data directory and store: PostgreSQL unless the test is
     parametrised over `BACKENDS` (see `both_backends`)."""
     backend = getattr(request, "param", "postgres")
     env = clean_environ() | {"MA_DATA_DIR": str(tmp_path / "data")} | checkpointer_env(request, backend)
-    return Cli(env=env, cwd=tmp_path)
+    return Cli(env=env, cwd=tmp_path, harness=harness)
 
 
 @pytest.fixture
-def fresh_cli(tmp_path_factory: pytest.TempPathFactory, postgres_server: str):
+def fresh_cli(tmp_path_factory: pytest.TempPathFactory, postgres_server: str, harness: Harness):
     """Make further CLIs, each with a database and data directory of its own (reference runs)."""
 
     def make() -> Cli:
@@ -162,7 +177,7 @@ def fresh_cli(tmp_path_factory: pytest.TempPathFactory, postgres_server: str):
             "MA_DATA_DIR": str(tmp / "data"),
             "POSTGRES_URL": _with_database(postgres_server, name),
         }
-        return Cli(env=env, cwd=tmp)
+        return Cli(env=env, cwd=tmp, harness=harness)
 
     return make
 

@@ -26,6 +26,8 @@ PRELOAD = [
     "langgraph.checkpoint.redis",
     "psycopg",
     "tests.crash_child",
+    "qdrant_client",
+    "langchain_openai",
 ]
 
 
@@ -81,14 +83,19 @@ class Harness:
         self.counter = 0
 
     def run(
-        self, argv: list[str], env: dict[str, str], kill_point: str = "none", timeout: float = 120
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        kill_point: str = "none",
+        timeout: float = 120,
+        cwd: Path | None = None,
     ) -> Outcome:
         """Run `market-analyst argv...` in a child; kill it at `kill_point` (see tests.crash_child)."""
         self.counter += 1
         base = self.workdir / f"child-{os.getpid()}-{self.counter}"
         files = {k: f"{base}.{k}" for k in ("out", "err", "nodes")}
         started = time.monotonic()
-        proc = self.ctx.Process(target=_child, args=(argv, env, str(self.workdir), kill_point, files))
+        proc = self.ctx.Process(target=_child, args=(argv, env, str(cwd or self.workdir), kill_point, files))
         proc.start()
         proc.join(timeout)
         if proc.is_alive():

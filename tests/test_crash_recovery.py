@@ -33,11 +33,6 @@ RANDOM_SEED = {"postgres": 20250214, "redis": 20201120}
 
 
 @pytest.fixture(scope="session")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    return Harness(tmp_path_factory.mktemp("crash"))
-
-
-@pytest.fixture(scope="session")
 def crash_databases(postgres_server: str) -> Iterator[dict[str, str]]:
     """Two databases per worker: one for the uncrashed reference runs, one for the crashed runs."""
     urls = {}
