@@ -66,41 +66,36 @@ def test_readme_durability_table_is_the_one_the_crash_tests_assert():
     assert between == durability_table()
 
 
-def test_make_crash_soak_runs_and_summarises(tmp_path):
-    """The README's soak command, cut down to one random kill per backend."""
+def run_make(target: str, *variables: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`make TARGET` with this interpreter's environment as the venv; fails the test on a non-zero exit."""
     venv = Path(sys.executable).parent.parent
     result = subprocess.run(
-        [
-            "make",
-            "crash-soak",
-            f"VENV={venv}",
-            "CRASH_RANDOM_KILLS=1",
-            "PYTEST_WORKERS=1",
-            "PYTEST_ARGS=-k random -p no:cacheprovider",
-            f"CRASH_REPORT={tmp_path / 'report.jsonl'}",
-        ],
+        ["make", target, f"VENV={venv}", *variables],
         cwd=REPO,
         env=clean_environ(),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result
+
+
+def test_make_crash_soak_runs_and_summarises(tmp_path):
+    """The README's soak command, cut down to one random kill per backend."""
+    result = run_make(
+        "crash-soak",
+        "CRASH_RANDOM_KILLS=1",
+        "PYTEST_WORKERS=1",
+        "PYTEST_ARGS=-k random -p no:cacheprovider",
+        f"CRASH_REPORT={tmp_path / 'report.jsonl'}",
+    )
     assert "| postgres | `sync` | random | 1 | 1 |" in result.stdout
     assert "| redis | `sync` | random | 1 | 1 |" in result.stdout
 
 
 def test_make_bench_runs_every_section():
     """The README's bench command on small data (the real sizes take minutes; see the README)."""
-    venv = Path(sys.executable).parent.parent
-    result = subprocess.run(
-        ["make", "bench", f"VENV={venv}", "BENCH_ARGS=--n 300"],
-        cwd=REPO,
-        env=clean_environ(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    result = run_make("bench", "BENCH_ARGS=--n 300", timeout=300)
     assert "profiles: 300 stored profiles" in result.stdout
     assert "reports search --ticker NVDA" in result.stdout and "ratio" in result.stdout
