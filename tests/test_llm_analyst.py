@@ -66,6 +66,9 @@ def test_rules_stay_the_default_without_a_key(cli: Cli):
     draft = cli.ok("analyze", "NVDA", "--json").json()["draft"]
     assert draft["analyst"]["kind"] == "rules"
     assert "OPENAI_API_KEY" in cli.fails("analyze", "NVDA", extra_env={"MA_ANALYST": "llm"}).stderr
+    # Commands that only read a thread do not need the analyst's key.
+    thread_id = cli.ok("analyze", "MSFT", "--json").json()["thread_id"]
+    assert cli.ok("status", thread_id, extra_env={"MA_ANALYST": "llm"}).returncode == 0
 
 
 def test_number_check_accepts_the_facts_forms_and_nothing_else():

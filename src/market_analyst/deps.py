@@ -40,16 +40,23 @@ class RulesAnalyst:
         return rules.analyse(figures, profile)
 
 
+def check_analyst(settings: Settings) -> None:
+    """Refuse settings that choose the LLM analyst without a key, before a run starts."""
+    if settings.uses_llm and not settings.openai_api_key:
+        raise UserError("MA_ANALYST=llm needs OPENAI_API_KEY (and OPENAI_BASE_URL for another server)")
+
+
 def open_analyst(settings: Settings) -> Analyst:
-    """The LLM analyst when the settings choose it (or `OPENAI_API_KEY` is set), else the rules."""
+    """The LLM analyst when the settings choose it (or `OPENAI_API_KEY` is set), else the rules.
+
+    Opens nothing: commands that only read a thread never touch the analyst, so they do not need
+    its key; the commands that run it check first (`check_analyst`)."""
     if not settings.uses_llm:
         return RulesAnalyst()
-    if not settings.openai_api_key:
-        raise UserError("MA_ANALYST=llm needs OPENAI_API_KEY (and OPENAI_BASE_URL for another server)")
     from market_analyst.analyst.llm import LLMAnalyst
 
     return LLMAnalyst(
-        model=settings.openai_model, api_key=settings.openai_api_key, base_url=settings.openai_base_url
+        model=settings.openai_model, api_key=settings.openai_api_key or "", base_url=settings.openai_base_url
     )
 
 

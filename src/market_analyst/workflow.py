@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from market_analyst.deps import check_analyst
 from market_analyst.errors import UserError
 from market_analyst.settings import Durability, Settings
 from market_analyst.state import (
@@ -166,6 +167,7 @@ def start_analysis(
     user_id = _user(settings, user)
     thread_id = validate_thread_id(thread_id) if thread_id else str(uuid.uuid4())
     open_provider(settings).load(symbol)  # unknown ticker: refuse before a thread exists
+    check_analyst(settings)
     with _graph(settings, thread_id) as graph:
         if _view(graph, thread_id) is not None:
             raise UserError(
@@ -272,6 +274,7 @@ def revise_thread(
     validate_thread_id(thread_id)
     if not feedback.strip():
         raise UserError("revise needs feedback: --feedback 'what the next draft should change'")
+    check_analyst(settings)
     with _graph(settings, thread_id) as graph:
         _decidable_view(graph, thread_id, "revise")
         snapshot = graph.get_state(_config(thread_id))

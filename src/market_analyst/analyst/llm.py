@@ -118,6 +118,8 @@ class LLMAnalyst:
         self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
     ) -> dict[str, Any]:
         """Recommendation, confidence, summary and risk factors from the model, checked against the facts."""
+        if not self.api_key:
+            raise UserError("the LLM analyst needs OPENAI_API_KEY (and OPENAI_BASE_URL for another server)")
         baseline = rules.analyse(figures, profile)
         facts = facts_for(figures, profile, baseline["framing"])
         allowed = allowed_numbers(facts)

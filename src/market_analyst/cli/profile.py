@@ -89,15 +89,10 @@ def show_profile(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show the profile a run for this user would use: the stored one, or the defaults."""
-    from market_analyst.state import Profile, ProfileUsed
+    from market_analyst.nodes.load_profile import profile_in_use
 
     store, user_id = _store_and_user(user)
-    stored = store.get(user_id)
-    used = (
-        ProfileUsed(source="stored", profile=stored)
-        if stored is not None
-        else ProfileUsed(source="default", profile=Profile(user_id=user_id))
-    )
+    used = profile_in_use(store, user_id)
     if json_output:
         emit_json(used.model_dump(mode="json"))
     else:

@@ -8,12 +8,15 @@ from market_analyst.deps import ProfileReader
 from market_analyst.state import DEFAULT_USER, AnalystState, Profile, ProfileUsed
 
 
-def load_profile(state: AnalystState, *, profiles: ProfileReader) -> dict[str, Any]:
-    """Keep a copy of the profile in the state, so the run is analysed with what it read here."""
-    user_id = state.get("user_id") or DEFAULT_USER
+def profile_in_use(profiles: ProfileReader, user_id: str) -> ProfileUsed:
+    """The profile a run for `user_id` uses: the stored one, or the stated defaults."""
     stored = profiles.get(user_id)
     if stored is not None:
-        used = ProfileUsed(source="stored", profile=stored)
-    else:
-        used = ProfileUsed(source="default", profile=Profile(user_id=user_id))
+        return ProfileUsed(source="stored", profile=stored)
+    return ProfileUsed(source="default", profile=Profile(user_id=user_id))
+
+
+def load_profile(state: AnalystState, *, profiles: ProfileReader) -> dict[str, Any]:
+    """Keep a copy of the profile in the state, so the run is analysed with what it read here."""
+    used = profile_in_use(profiles, state.get("user_id") or DEFAULT_USER)
     return {"profile": used.model_dump(mode="json")}
