@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from market_analyst.formatting import pct
 from market_analyst.state import Profile
 
 RULES_VERSION = "1"
@@ -46,10 +47,6 @@ def _a(word: str) -> str:
     return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
 
-def _pct(value: float) -> str:
-    return f"{value * 100:.1f}%"
-
-
 def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
     """Score the figures against the profile and return recommendation, confidence and risks."""
     limits = LIMITS[profile.risk_tolerance]
@@ -82,20 +79,20 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
         if excess > 0:
             penalty += limits.penalty_weight * min(excess, 1.5) * 0.4
             risks.append(
-                f"annualised volatility of {_pct(volatility)} exceeds the {_pct(limits.max_volatility)} "
+                f"annualised volatility of {pct(volatility)} exceeds the {pct(limits.max_volatility)} "
                 f"{_a(tolerance)} profile accepts"
             )
         else:
             risks.append(
-                f"annualised volatility of {_pct(volatility)} is within the {_pct(limits.max_volatility)} "
+                f"annualised volatility of {pct(volatility)} is within the {pct(limits.max_volatility)} "
                 f"{_a(tolerance)} profile accepts"
             )
     drawdown = float(figures.get("max_drawdown_1y") or 0.0)
     if drawdown > limits.max_drawdown:
         penalty += limits.penalty_weight * min(drawdown / limits.max_drawdown - 1.0, 1.5) * 0.4
         risks.append(
-            f"the largest fall in the past year, {_pct(drawdown)}, is deeper than the "
-            f"{_pct(limits.max_drawdown)} {_a(tolerance)} profile accepts"
+            f"the largest fall in the past year, {pct(drawdown)}, is deeper than the "
+            f"{pct(limits.max_drawdown)} {_a(tolerance)} profile accepts"
         )
     benchmark = figures.get("benchmark")
     if isinstance(benchmark, dict) and benchmark.get("beta") is not None and benchmark["beta"] > 1.3:
@@ -105,7 +102,7 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
         )
     from_high = figures.get("from_52w_high")
     if from_high is not None and from_high < -0.2:
-        risks.append(f"the price is {_pct(-from_high)} below its 52-week high")
+        risks.append(f"the price is {pct(-from_high)} below its 52-week high")
 
     score = round(momentum + trend_score + rsi_score - penalty, 6)
     if score >= limits.buy_above:
@@ -128,6 +125,6 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
         "framing": (
             f"Judged for {_a(tolerance)} investor with a {profile.horizon} horizon: buy at a score of "
             f"{limits.buy_above:+.2f} or more, sell at {limits.sell_below:+.2f} or less; "
-            f"volatility limit {_pct(limits.max_volatility)}, drawdown limit {_pct(limits.max_drawdown)}."
+            f"volatility limit {pct(limits.max_volatility)}, drawdown limit {pct(limits.max_drawdown)}."
         ),
     }

@@ -8,19 +8,12 @@ from typing import Any
 import typer
 
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings, progress_printer
+from market_analyst.formatting import pct, signed_pct
 
 DURABILITY_HELP = "When checkpoints are written: sync (default), async or exit. Env: MA_DURABILITY."
 CHECKPOINTER_HELP = "postgres (default) or redis. Env: MA_CHECKPOINTER."
 DATA_HELP = "Market data: snapshot (default), csv or yfinance. Env: MA_MARKET_DATA."
 USER_HELP = "Whose profile and name to use (scoping for a local tool, not authentication). Env: MA_USER."
-
-
-def _pct(value: Any) -> str:
-    return "n/a" if value is None else f"{float(value) * 100:+.1f}%"
-
-
-def _plain_pct(value: Any) -> str:
-    return "n/a" if value is None else f"{float(value) * 100:.1f}%"
 
 
 def _draft_json(view: Any) -> dict[str, Any]:
@@ -39,10 +32,10 @@ def _render_draft(view: Any) -> None:
     print(f"  {d.get('headline')}")
     print(f"  Recommendation: {str(d.get('recommendation')).upper()}, confidence {d.get('confidence'):.2f}")
     print(
-        f"  Returns 1M {_pct(f.get('return_1m'))}, 3M {_pct(f.get('return_3m'))}, "
-        f"6M {_pct(f.get('return_6m'))}, "
-        f"1Y {_pct(f.get('return_1y'))}; volatility {_plain_pct(f.get('volatility_1y'))}, "
-        f"max drawdown {_plain_pct(f.get('max_drawdown_1y'))}; RSI(14) {f.get('rsi_14')}; "
+        f"  Returns 1M {signed_pct(f.get('return_1m'))}, 3M {signed_pct(f.get('return_3m'))}, "
+        f"6M {signed_pct(f.get('return_6m'))}, "
+        f"1Y {signed_pct(f.get('return_1y'))}; volatility {pct(f.get('volatility_1y'))}, "
+        f"max drawdown {pct(f.get('max_drawdown_1y'))}; RSI(14) {f.get('rsi_14')}; "
         f"trend {f.get('trend')}"
     )
     print(f"  Data: {d.get('data_source')}")

@@ -6,15 +6,8 @@ import hashlib
 import json
 from typing import Any
 
+from market_analyst.formatting import pct, signed_pct
 from market_analyst.state import AnalystState, Draft, ProfileUsed
-
-
-def _pct(value: Any) -> str:
-    return "n/a" if value is None else f"{float(value) * 100:+.1f}%"
-
-
-def _plain_pct(value: Any) -> str:
-    return "n/a" if value is None else f"{float(value) * 100:.1f}%"
 
 
 def draft_id_for(content: dict[str, Any]) -> str:
@@ -56,20 +49,20 @@ def render_markdown(d: dict[str, Any]) -> str:
         "| figure | value |",
         "|---|---|",
         f"| last price ({d['as_of']}) | {f['price']} |",
-        f"| return 1M / 3M / 6M / 1Y | {_pct(f['return_1m'])} / {_pct(f['return_3m'])} / "
-        f"{_pct(f['return_6m'])} / {_pct(f['return_1y'])} |",
-        f"| annualised volatility (1Y) | {_plain_pct(f['volatility_1y'])} |",
-        f"| maximum drawdown (1Y) | {_plain_pct(f['max_drawdown_1y'])} |",
+        f"| return 1M / 3M / 6M / 1Y | {signed_pct(f['return_1m'])} / {signed_pct(f['return_3m'])} / "
+        f"{signed_pct(f['return_6m'])} / {signed_pct(f['return_1y'])} |",
+        f"| annualised volatility (1Y) | {pct(f['volatility_1y'])} |",
+        f"| maximum drawdown (1Y) | {pct(f['max_drawdown_1y'])} |",
         f"| SMA 50 / SMA 200 | {f['sma_50']} / {f['sma_200']} (trend: {f['trend']}) |",
         f"| RSI(14) | {f['rsi_14']} |",
-        f"| from 52-week high / low | {_pct(f['from_52w_high'])} / {_pct(f['from_52w_low'])} |",
+        f"| from 52-week high / low | {signed_pct(f['from_52w_high'])} / {signed_pct(f['from_52w_low'])} |",
     ]
     bench = f.get("benchmark")
     if bench:
         lines.append(
             f"| beta vs S&P 500 ({bench['window_start']} to {bench['window_end']}) | {bench['beta']} |"
         )
-        lines.append(f"| return relative to S&P 500 (same window) | {_pct(bench['relative_return'])} |")
+        lines.append(f"| return relative to S&P 500 (same window) | {signed_pct(bench['relative_return'])} |")
     else:
         lines.append("| beta vs S&P 500 | n/a: no overlapping dates in the data |")
     lines += ["", "## Risk factors", ""]
@@ -95,14 +88,14 @@ def draft_report(state: AnalystState) -> dict[str, Any]:
     one_year = figures.get("return_1y")
     headline = (
         f"{state['ticker']}: {recommendation.upper()} at {figures['price']} "
-        f"(1Y {_pct(one_year)}, volatility {_plain_pct(figures['volatility_1y'])}), {market['data_source']}"
+        f"(1Y {signed_pct(one_year)}, volatility {pct(figures['volatility_1y'])}), {market['data_source']}"
     )
     # The rules analyst leaves the prose to this node; the LLM analyst writes its own summary.
     summary = analysis.get("summary") or (
         f"{state['ticker']} closed at {figures['price']} on {market['as_of']}. "
-        f"Over one year it returned {_pct(one_year)} with annualised volatility of "
-        f"{_plain_pct(figures['volatility_1y'])} and a largest fall of "
-        f"{_plain_pct(figures['max_drawdown_1y'])}; "
+        f"Over one year it returned {signed_pct(one_year)} with annualised volatility of "
+        f"{pct(figures['volatility_1y'])} and a largest fall of "
+        f"{pct(figures['max_drawdown_1y'])}; "
         f"the trend is {figures['trend']}. {analysis['framing']}"
     )
     content: dict[str, Any] = {
