@@ -11,30 +11,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from market_analyst.deps import NoProfiles, RulesAnalyst
+from langgraph.checkpoint.memory import InMemorySaver
+
+from market_analyst.analyst.rules import RulesAnalyst
+from market_analyst.graph import build_graph
 from market_analyst.market_data.snapshot import SnapshotProvider
-from market_analyst.nodes.analyze import analyze
-from market_analyst.nodes.draft_report import draft_report
-from market_analyst.nodes.fetch_market_data import fetch_market_data
-from market_analyst.nodes.load_profile import load_profile
-from market_analyst.nodes.publish import build_document
-from market_analyst.persistence.archive import ReportArchive, render_document
-from market_analyst.state import Approval
+from market_analyst.nodes.publish import operation_id_for
+from market_analyst.persistence.archive import ReportArchive
+from market_analyst.persistence.archive_document import build_document, render_document
+from market_analyst.ports import Deps, PublishRequest
+from market_analyst.state import Approval, Profile
 
 TICKERS = ("NVDA", "MSFT", "NFLX", "TSLA", "SPX")
 
 
-def _real_states() -> dict[str, dict[str, Any]]:
-    """One real drafted state per ticker, made by the real nodes from the bundled snapshot."""
+class _NoProfiles:
+    """Every user has the default profile."""
+
+    def get(self, user_id: str) -> Profile | None:
+        return None
+
+
+def _real_states(archive: ReportArchive) -> dict[str, dict[str, Any]]:
+    """One real drafted state per ticker, made by the real graph from the bundled snapshot."""
+    graph = build_graph(checkpointer=InMemorySaver())
+    deps = Deps(
+        market_data=SnapshotProvider(), profiles=_NoProfiles(), archive=archive, analyst=RulesAnalyst()
+    )
     states = {}
-    provider = SnapshotProvider()
     for ticker in TICKERS:
-        state: dict[str, Any] = {"ticker": ticker, "question": "", "user_id": "bench", "feedback": []}
-        state |= load_profile(state, profiles=NoProfiles())  # type: ignore[arg-type]
-        state |= fetch_market_data(state, market_data=provider)  # type: ignore[arg-type]
-        state |= analyze(state, analyst=RulesAnalyst())  # type: ignore[arg-type]
-        state |= draft_report(state)  # type: ignore[arg-type]
-        states[ticker] = state
+        inputs = {"ticker": ticker, "question": "", "user_id": "bench", "feedback": []}
+        states[ticker] = graph.invoke(inputs, {"configurable": {"thread_id": ticker}}, context=deps)
     return states
 
 
@@ -42,7 +49,7 @@ def fill(archive: ReportArchive, n: int) -> None:
     """Write `n` real-shaped reports (five tickers, fifty users, one thread each) as `publish` would
     render them, without its per-document fsyncs, which would make the set-up take minutes."""
     archive.root.mkdir(parents=True, exist_ok=True)
-    states = _real_states()
+    states = _real_states(archive)
     for i in range(n):
         ticker = TICKERS[i % len(TICKERS)]
         state = dict(states[ticker], user_id=f"user{i % 50}")
@@ -52,8 +59,16 @@ def fill(archive: ReportArchive, n: int) -> None:
             at=f"2025-02-15T00:{i // 60 % 60:02d}:{i % 60:02d}+00:00",
             draft_id=state["draft"]["draft_id"],
         )
-        key, document = build_document(f"thread-{i:06d}", state, approval)  # type: ignore[arg-type]
-        (archive.root / f"{key}.json").write_bytes(render_document(document))
+        thread_id = f"thread-{i:06d}"
+        request = PublishRequest(
+            operation_id=operation_id_for(thread_id, state["draft"]["draft_id"]),
+            thread_id=thread_id,
+            user_id=state["user_id"],
+            draft=state["draft"],
+            approval=approval.model_dump(mode="json"),
+        )
+        document = build_document(request)
+        (archive.root / f"{document['key']}.json").write_bytes(render_document(document))
 
 
 def naive_search(root: Path, *, ticker: str | None = None, text: str | None = None) -> list[str]:

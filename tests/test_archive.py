@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from market_analyst.persistence.archive import ArchiveError, ReportArchive, render_document
-from tests.conftest import Cli
+from tests.support.cli import Cli
 
 
 def _document(key: str, *, ticker: str = "NVDA", user: str = "ann", text: str = "steady climb") -> dict:

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from tests.conftest import Cli, both_backends, unique_id
+from tests.support.backends import both_backends
+from tests.support.cli import Cli, unique_id
 
 
 @both_backends

@@ -1,4 +1,4 @@
-"""Forced-crash recovery on both backends and in every durability mode (see tests/crash_matrix.py).
+"""Forced-crash recovery on both backends and in every durability mode (see tests/support/crash_matrix.py).
 
 Every case kills a real process with SIGKILL, recovers with the real CLI in fresh processes, and
 compares the archive with an uncrashed run of the same inputs, byte for byte.
@@ -12,11 +12,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from tests.conftest import _with_database, clean_environ
-from tests.crash_matrix import (
+from tests.support.cli import clean_environ
+from tests.support.crash_matrix import (
     FIXED_CLOCK,
     KILL_POINTS,
     LEASE_TTL_SECONDS,
@@ -26,7 +25,8 @@ from tests.crash_matrix import (
     reference_run,
     run_case,
 )
-from tests.crashkit import Harness
+from tests.support.crashkit import Harness
+from tests.support.services import new_database
 
 RANDOM_KILLS = int(os.environ.get("CRASH_RANDOM_KILLS", "50"))  # `make crash-soak` raises it
 RANDOM_SEED = {"postgres": 20250214, "redis": 20201120}
@@ -35,13 +35,7 @@ RANDOM_SEED = {"postgres": 20250214, "redis": 20201120}
 @pytest.fixture(scope="session")
 def crash_databases(postgres_server: str) -> Iterator[dict[str, str]]:
     """Two databases per worker: one for the uncrashed reference runs, one for the crashed runs."""
-    urls = {}
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        for role in ("reference", "crash"):
-            name = f"crash_{role}_{uuid.uuid4().hex[:8]}"
-            conn.execute(f"CREATE DATABASE {name}")
-            urls[role] = _with_database(postgres_server, name)
-    yield urls
+    yield {role: new_database(postgres_server, prefix=f"crash_{role}_") for role in ("reference", "crash")}
 
 
 @pytest.fixture

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from pathlib import Path
 
-from market_analyst.deps import Deps
 from market_analyst.graph import build_graph
 from market_analyst.persistence.checkpointers import open_checkpointer
 from market_analyst.settings import Settings
-from tests.conftest import REPO, Cli, both_backends, market_analyst_command, unique_id
+from tests.support import REPO
+from tests.support.backends import both_backends
+from tests.support.cli import Cli, Result, market_analyst_command, unique_id
+from tests.support.lease_holder import hold_lease
+from tests.support.retry import retry_while_busy
 
 FIXED_CLOCK = {"SOURCE_DATE_EPOCH": "1739577600"}  # 2025-02-15T00:00:00Z: approvals get the same time
 
@@ -19,7 +20,7 @@ FIXED_CLOCK = {"SOURCE_DATE_EPOCH": "1739577600"}  # 2025-02-15T00:00:00Z: appro
 def run_with_kill(cli: Cli, kill_point: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI in a child process that SIGKILLs itself at `kill_point`."""
     return subprocess.run(
-        [sys.executable, "-m", "tests.crash_child", kill_point, *args],
+        [sys.executable, "-m", "tests.support.crash_child", kill_point, *args],
         cwd=REPO,
         env=cli.env,
         capture_output=True,
@@ -29,18 +30,11 @@ def run_with_kill(cli: Cli, kill_point: str, *args: str) -> subprocess.Completed
     )
 
 
-def once_not_busy(cli: Cli, *args: str, wait: float = 30.0):
-    """Run a command, retrying while a killed command's Redis lease lives out its TTL."""
-    deadline = time.monotonic() + wait
-    while (result := cli.run(*args)).returncode != 0 and time.monotonic() < deadline:
-        assert "is busy" in result.stderr, result.stderr
-        time.sleep(0.5)
+def once_not_busy(cli: Cli, *args: str) -> Result:
+    """Run a command that must succeed once a killed command's Redis lease has lived out its TTL."""
+    result = retry_while_busy(lambda: cli.run(*args))
     assert result.returncode == 0, result.stderr
     return result
-
-
-def archive_files(cli: Cli) -> list[Path]:
-    return sorted((cli.data_dir / "reports").glob("*.json"))
 
 
 def reference_document(cli_factory, thread_id: str, ticker: str = "NVDA") -> bytes:
@@ -49,7 +43,7 @@ def reference_document(cli_factory, thread_id: str, ticker: str = "NVDA") -> byt
     ref.env.update(FIXED_CLOCK)
     ref.ok("analyze", ticker, "--thread-id", thread_id, "--user", "ann")
     ref.ok("approve", thread_id, "--user", "bob")
-    [path] = archive_files(ref)
+    [path] = ref.archive_files()
     return path.read_bytes()
 
 
@@ -62,14 +56,14 @@ def test_publish_killed_after_the_archive_write_publishes_exactly_once(cli: Cli,
 
     killed = run_with_kill(cli, "after-archive-write", "approve", thread, "--user", "bob")
     assert killed.returncode == -9, killed.stderr
-    assert len(archive_files(cli)) == 1  # the write happened...
+    assert len(cli.archive_files()) == 1  # the write happened...
     status = cli.ok("status", thread, "--json").json()
     assert status["status"] == "approved_pending_publish"  # ...but the checkpoint did not
     assert status["approval"]["by"] == "bob"  # the approval survived the crash
 
     again = once_not_busy(cli, "approve", thread, "--user", "bob")
     assert "already held this operation's report" in again.stdout
-    files = archive_files(cli)
+    files = cli.archive_files()
     assert len(files) == 1
     assert files[0].read_bytes() == expected
     assert cli.ok("status", thread, "--json").json()["status"] == "published"
@@ -85,12 +79,12 @@ def test_resume_also_finishes_a_publish_killed_after_the_write(cli: Cli):
     resumed = once_not_busy(cli, "resume", thread, "--json").json()
     assert resumed["status"] == "published"
     assert resumed["publication"]["created"] is False
-    assert len(archive_files(cli)) == 1
+    assert len(cli.archive_files()) == 1
 
 
 def _history_is_linear(settings: Settings, thread_id: str) -> tuple[bool, int]:
     with open_checkpointer(settings) as backend:
-        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+        graph = build_graph(checkpointer=backend.saver)
         history = list(graph.get_state_history({"configurable": {"thread_id": thread_id}}))
     parents = [h.parent_config["configurable"]["checkpoint_id"] for h in history if h.parent_config]
     return len(parents) == len(set(parents)) and len(parents) == len(history) - 1, len(history)
@@ -123,7 +117,7 @@ def test_eight_concurrent_approvals_publish_once_without_forking_the_thread(cli:
     for code, _, err in refusals:
         assert code == 2 and "Traceback" not in err
         assert "is busy" in err or "already published" in err, err
-    assert len(archive_files(cli)) == 1
+    assert len(cli.archive_files()) == 1
     linear, count = _history_is_linear(Settings.load(environ=cli.env, dotenv=None), race)
     assert linear, "two writers forked the checkpoint chain"
     assert count >= 6
@@ -136,17 +130,8 @@ def test_a_busy_thread_refuses_a_second_command_and_changes_nothing(cli: Cli):
     cli.ok("analyze", "NVDA", "--thread-id", held)
     before = cli.ok("status", held, "--json").json()
     # Hold the thread's lease from another process for the duration of the check.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LEASE, held],
-        cwd=REPO,
-        env=cli.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_lease(held, cli.env)
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "held"
         for args in (
             ("approve", held),
             ("reject", held, "--reason", "x"),
@@ -162,15 +147,4 @@ def test_a_busy_thread_refuses_a_second_command_and_changes_nothing(cli: Cli):
         holder.wait()
     # A lease held by a killed process is released: with its session (PostgreSQL) or its TTL (Redis).
     once_not_busy(cli, "approve", held)
-    assert len(archive_files(cli)) == 1
-
-
-HOLD_LEASE = """
-import sys, time
-from market_analyst.persistence.checkpointers import open_checkpointer
-from market_analyst.settings import Settings
-with open_checkpointer(Settings.load(dotenv=None)) as backend:
-    with backend.lease(sys.argv[1]):
-        print("held", flush=True)
-        time.sleep(600)
-"""
+    assert len(cli.archive_files()) == 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from market_analyst.analyst.llm import LLMAnalysis, allowed_numbers, unsupported_numbers
-from tests.chat_server import ChatServer
-from tests.conftest import Cli
+from tests.support.chat_server import ChatServer
+from tests.support.cli import Cli
 
 GOOD = {
     "recommendation": "hold",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Cli
+from tests.support.cli import Cli
 from tests.test_profiles_store import hold_folder
 
 RANK = {"sell": 0, "hold": 1, "buy": 2}
@@ -95,8 +95,8 @@ def test_conservative_and_aggressive_read_the_same_data_differently(cli: Cli):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("--risk-tolerance", "yolo"), "--risk-tolerance 'yolo' is not one of"),
-        (("--horizon", "forever"), "--horizon 'forever' is not one of"),
+        (("--risk-tolerance", "yolo"), "'--risk-tolerance': 'yolo' is not one of"),
+        (("--horizon", "forever"), "'--horizon': 'forever' is not one of"),
         (("--notes", "x" * 501), "at most 500 characters"),
         (("--sectors", "ok,_bad"), "sector '_bad'"),
     ],

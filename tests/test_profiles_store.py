@@ -16,7 +16,7 @@ from market_analyst.errors import UserError
 from market_analyst.persistence.profiles import COLLECTION, ProfileStore, point_id_for
 from market_analyst.settings import Settings
 from market_analyst.state import RISK_TOLERANCES, Profile
-from tests.conftest import clean_environ
+from tests.support.cli import clean_environ
 
 FIXED = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -107,8 +107,8 @@ def test_update_changes_only_the_given_fields(store: ProfileStore):
 @pytest.mark.parametrize(
     ("changes", "needle"),
     [
-        ({"risk_tolerance": "yolo"}, "--risk-tolerance 'yolo'"),
-        ({"horizon": "forever"}, "--horizon 'forever'"),
+        ({"risk_tolerance": "yolo"}, "risk_tolerance: Input should be 'conservative', 'moderate' or"),
+        ({"horizon": "forever"}, "horizon: Input should be 'short', 'medium' or 'long'"),
         ({"notes": "x" * 501}, "notes: at most 500 characters"),
         ({"preferred_sectors": ["x" * 41]}, "preferred_sectors"),
         ({"preferred_sectors": [f"s{i}" for i in range(21)]}, "at most 20"),
@@ -212,8 +212,8 @@ def test_a_folder_released_within_the_wait_is_used(tmp_path: Path):
 def test_commands_that_do_not_touch_profiles_do_not_import_qdrant():
     code = (
         "import sys, market_analyst.cli, market_analyst.workflow, market_analyst.graph, market_analyst.deps; "
-        "from market_analyst.settings import Settings; from market_analyst.deps import Deps; "
-        "Deps.from_settings(Settings.load(environ={}, dotenv=None)); "
+        "from market_analyst.settings import Settings; from market_analyst.deps import build_deps; "
+        "build_deps(Settings.load(environ={}, dotenv=None)); "
         "print('qdrant_client' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_environ())

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from market_analyst.graph import mermaid
 from market_analyst.settings import VARIABLES
-from tests.conftest import REPO, Cli, clean_environ
+from tests.support import REPO
+from tests.support.cli import Cli, clean_environ
+from tests.support.make import run_make
 
 
 def test_mermaid_drawing_is_current():
@@ -59,26 +61,11 @@ def test_readme_names_the_setup_and_test_commands():
 
 
 def test_readme_durability_table_is_the_one_the_crash_tests_assert():
-    from tests.crash_matrix import durability_table
+    from tests.support.crash_matrix import durability_table
 
     readme = (REPO / "README.md").read_text()
     between = readme.split("<!-- durability-table -->\n", 1)[1].split("\n<!-- /durability-table -->", 1)[0]
     assert between == durability_table()
-
-
-def run_make(target: str, *variables: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`make TARGET` with this interpreter's environment as the venv; fails the test on a non-zero exit."""
-    venv = Path(sys.executable).parent.parent
-    result = subprocess.run(
-        ["make", target, f"VENV={venv}", *variables],
-        cwd=REPO,
-        env=clean_environ(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return result
 
 
 def test_make_crash_soak_runs_and_summarises(tmp_path):

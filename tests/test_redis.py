@@ -7,34 +7,24 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import redis
 
-from market_analyst.deps import Deps
+from market_analyst.deps import build_deps
 from market_analyst.errors import ThreadBusy
 from market_analyst.graph import build_graph
 from market_analyst.persistence.checkpointers import open_checkpointer
 from market_analyst.persistence.redis_backend import FENCE_PREFIX, LEASE_PREFIX, LeaseLost
 from market_analyst.settings import Settings
-from tests.conftest import REPO, Cli, RedisServer, clean_environ, unique_id
+from tests.support.cli import Cli, clean_environ, unique_id
+from tests.support.lease_holder import hold_lease
+from tests.support.make import run_make
+from tests.support.services import RedisServer
 
 on_redis = pytest.mark.parametrize("cli", ["redis"], indirect=True)
-
-# Holds a thread's lease in a process of its own until killed, as a long command would.
-HOLDER = """
-import sys, time
-from market_analyst.persistence.checkpointers import open_checkpointer
-from market_analyst.settings import Settings
-with open_checkpointer(Settings.load()) as backend:
-    with backend.lease(sys.argv[1]):
-        print("held", flush=True)
-        time.sleep(600)
-"""
 
 
 def _settings(tmp_path: Path, redis_url: str, **extra: str) -> Settings:
@@ -51,15 +41,8 @@ def test_lease_is_busy_while_held_renewed_past_its_ttl_and_free_after_a_killed_h
     ttl = 1.5
     thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
     before = _status(cli, thread)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, thread],
-        cwd=cli.cwd,
-        env=cli.env | {"MA_LEASE_TTL_SECONDS": str(ttl)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_lease(thread, cli.env | {"MA_LEASE_TTL_SECONDS": str(ttl)})
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         time.sleep(ttl * 2)  # longer than the TTL: only renewal keeps the key alive
         busy = cli.fails("approve", thread)
         assert f"thread {thread} is busy" in busy.stderr
@@ -104,9 +87,10 @@ def test_a_holder_that_lost_its_lease_writes_nothing_and_leaves_the_new_holder_a
     config = {"configurable": {"thread_id": thread}}
     client = redis.Redis.from_url(redis_url)
     with open_checkpointer(settings) as backend:
-        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+        graph = build_graph(checkpointer=backend.saver)
         with backend.lease(thread):
-            graph.invoke({"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}, config)
+            inputs = {"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}
+            graph.invoke(inputs, config, context=build_deps(settings))
             checkpoints = len(list(backend.saver.list(config)))
             # As if this process stalled past its TTL and another command took the thread over.
             client.set(LEASE_PREFIX + thread, 10_000)
@@ -195,17 +179,8 @@ def test_a_killed_and_restarted_redis_still_holds_the_paused_thread(tmp_path: Pa
 
 def test_make_demo_runs_on_redis(tmp_path: Path, redis_url: str):
     data_dir = tmp_path / "demo-data"
-    venv = Path(sys.executable).parent.parent
     env = clean_environ() | {"MA_DATA_DIR": str(data_dir), "MA_CHECKPOINTER": "redis", "REDIS_URL": redis_url}
-    result = subprocess.run(
-        ["make", "demo", f"VENV={venv}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_make("demo", env=env, timeout=300)
     documents = list((data_dir / "reports").glob("*.json"))
     assert len(documents) == 1
     assert "bundled snapshot, as of 2025-02-14" in json.loads(documents[0].read_text())["markdown"]

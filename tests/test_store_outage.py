@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from market_analyst.services import embedded_postgres_uri, stop_embedded_postgres
-from tests.conftest import REPO, Cli, RedisServer, clean_environ
+from tests.support import REPO
+from tests.support.cli import Cli, clean_environ
+from tests.support.retry import retry_while_busy
+from tests.support.services import RedisServer
 
 
 class PostgresOutage:
@@ -89,7 +92,7 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
         [
             sys.executable,
             "-m",
-            "tests.crash_child",
+            "tests.support.crash_child",
             f"pause-before:analyze:{pause}",
             "analyze",
             "NVDA",
@@ -120,12 +123,8 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
     assert "lost the checkpointer" in stderr and "market-analyst resume outage" in stderr
 
     store.restart()
-    deadline = time.monotonic() + 60
-    while True:  # on Redis the dead command's lease lives out its TTL first
-        resumed = cli.run("resume", "outage", "--json")
-        if resumed.returncode == 0 or "is busy" not in resumed.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    # On Redis the dead command's lease lives out its TTL first.
+    resumed = retry_while_busy(lambda: cli.run("resume", "outage", "--json"), wait=60)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.json()["status"] == "awaiting_approval"
     cli.ok("approve", "outage")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from market_analyst.deps import Deps
+from market_analyst.deps import build_deps
 from market_analyst.errors import UserError
 from market_analyst.graph import build_graph
 from market_analyst.nodes.publish import PublishRefused
@@ -16,7 +16,8 @@ from market_analyst.persistence.archive import ReportArchive
 from market_analyst.persistence.checkpointers import open_checkpointer
 from market_analyst.settings import Settings
 from market_analyst.workflow import approve_thread, reject_thread, start_analysis, thread_status
-from tests.conftest import BACKENDS, checkpointer_env, unique_id
+from tests.support.backends import BACKENDS, checkpointer_env
+from tests.support.cli import unique_id
 
 
 @pytest.fixture(params=BACKENDS)
@@ -32,8 +33,9 @@ def _config(thread_id: str) -> dict:
 def test_run_pauses_before_publish_and_a_new_graph_over_a_new_connection_finishes_it(settings: Settings):
     thread = unique_id("t-1")
     with open_checkpointer(settings) as backend:
-        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
-        graph.invoke({"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}, _config(thread))
+        graph = build_graph(checkpointer=backend.saver)
+        inputs = {"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}
+        graph.invoke(inputs, _config(thread), context=build_deps(settings))
         snapshot = graph.get_state(_config(thread))
         assert snapshot.next == ("publish",)
         assert snapshot.values["draft"]["data_source"] == "bundled snapshot, as of 2025-02-14"
@@ -53,7 +55,7 @@ def test_state_holds_no_raw_price_series(settings: Settings):
     thread = unique_id("t-small")
     view = start_analysis(settings, "NVDA", thread_id=thread)
     with open_checkpointer(settings) as backend:
-        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+        graph = build_graph(checkpointer=backend.saver)
         values = graph.get_state(_config(thread)).values
     assert view.status == "awaiting_approval"
     assert len(repr(values)) < 20_000  # 6,558 prices would be far larger
@@ -93,9 +95,9 @@ def test_publish_refuses_without_a_recorded_approval(settings: Settings):
     thread = unique_id("t-noapp")
     start_analysis(settings, "NVDA", thread_id=thread)
     with open_checkpointer(settings) as backend:
-        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+        graph = build_graph(checkpointer=backend.saver)
         with pytest.raises(PublishRefused, match="no decision"):
-            graph.invoke(None, _config(thread))
+            graph.invoke(None, _config(thread), context=build_deps(settings))
     assert ReportArchive(settings.archive_dir).keys() == []
 
 
@@ -103,7 +105,7 @@ def test_publish_refuses_an_approval_of_another_draft(settings: Settings):
     thread = unique_id("t-other")
     start_analysis(settings, "NVDA", thread_id=thread)
     with open_checkpointer(settings) as backend:
-        graph = build_graph(checkpointer=backend.saver, deps=Deps.from_settings(settings))
+        graph = build_graph(checkpointer=backend.saver)
         forged = {
             "decision": "approved",
             "by": "x",
@@ -113,7 +115,7 @@ def test_publish_refuses_an_approval_of_another_draft(settings: Settings):
         }
         graph.update_state(_config(thread), {"approval": forged})
         with pytest.raises(PublishRefused, match="approval is for draft"):
-            graph.invoke(None, _config(thread))
+            graph.invoke(None, _config(thread), context=build_deps(settings))
     assert ReportArchive(settings.archive_dir).keys() == []
 
 
@@ -127,7 +129,7 @@ def test_same_input_gives_the_same_draft_byte_for_byte(settings: Settings):
 
 
 def test_interrupt_is_compiled_into_the_real_graph():
-    graph = build_graph(deps=Deps.from_settings(Settings.load(environ={}, dotenv=None)))
+    graph = build_graph()
     assert list(graph.nodes) == [
         "__start__",
         "load_profile",

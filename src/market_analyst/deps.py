@@ -1,48 +1,40 @@
-"""What the nodes use, handed to `build_graph` in one object instead of module globals."""
+"""The factory of the real adapters: `build_deps(settings)` gives the nodes their `Deps`, the
+commands that read or manage a store get it here, and `open_checkpointer` opens the checkpointer.
+Nothing is opened until it is used.
+
+This is the one door to the adapters (`persistence`, `services`): the import contract in
+`pyproject.toml` (`make lint`) lets no other module above them import one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Protocol
-
 from market_analyst.errors import UserError
-from market_analyst.market_data import MarketDataProvider, open_provider
 from market_analyst.persistence.archive import ReportArchive
+from market_analyst.persistence.checkpointers import (
+    embedded_server_pid,
+    open_checkpointer,
+    stop_embedded_server,
+)
 from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.ports import Analyst, Deps, MarketDataProvider
 from market_analyst.settings import Settings
-from market_analyst.state import Profile
 
-
-class ProfileReader(Protocol):
-    """Reads one user's stored profile by exact user ID; None when there is none."""
-
-    def get(self, user_id: str) -> Profile | None: ...
-
-
-class Analyst(Protocol):
-    """Turns figures and a profile into recommendation, confidence, risk factors and framing."""
-
-    def analyse(
-        self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
-    ) -> dict[str, Any]: ...
-
-
-class RulesAnalyst:
-    """The built-in deterministic analyst (analyst/rules.py)."""
-
-    def analyse(
-        self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
-    ) -> dict[str, Any]:
-        from market_analyst.analyst import rules
-
-        return rules.analyse(figures, profile)
+__all__ = [
+    "build_deps",
+    "check_analyst",
+    "embedded_server_pid",
+    "open_analyst",
+    "open_archive",
+    "open_checkpointer",
+    "open_market_data",
+    "open_profiles",
+    "stop_embedded_server",
+]
 
 
 def check_analyst(settings: Settings) -> None:
     """Refuse settings that choose the LLM analyst without a key, before a run starts."""
-    if settings.uses_llm and not settings.openai_api_key:
+    if settings.uses_llm and settings.openai_api_key is None:
         raise UserError("MA_ANALYST=llm needs OPENAI_API_KEY (and OPENAI_BASE_URL for another server)")
 
 
@@ -52,38 +44,50 @@ def open_analyst(settings: Settings) -> Analyst:
     Opens nothing: commands that only read a thread never touch the analyst, so they do not need
     its key; the commands that run it check first (`check_analyst`)."""
     if not settings.uses_llm:
+        from market_analyst.analyst.rules import RulesAnalyst
+
         return RulesAnalyst()
     from market_analyst.analyst.llm import LLMAnalyst
 
     return LLMAnalyst(
-        model=settings.openai_model, api_key=settings.openai_api_key or "", base_url=settings.openai_base_url
+        model=settings.openai_model,
+        api_key=settings.secret("openai_api_key") or "",
+        base_url=settings.openai_base_url,
     )
 
 
-class NoProfiles:
-    """A profile reader with nothing stored: every run uses the defaults."""
+def open_market_data(settings: Settings) -> MarketDataProvider:
+    """The provider `settings.market_data` selects."""
+    if settings.market_data == "snapshot":
+        from market_analyst.market_data.snapshot import SnapshotProvider
 
-    def get(self, user_id: str) -> Profile | None:
-        return None
+        return SnapshotProvider()
+    if settings.market_data == "csv":
+        from market_analyst.market_data.csv import CsvDirectoryProvider
+
+        if settings.csv_dir is None:
+            raise UserError("--data csv needs MA_CSV_DIR: a directory of TICKER.csv files")
+        return CsvDirectoryProvider(settings.csv_dir)
+    from market_analyst.market_data.yfinance import YFinanceProvider
+
+    return YFinanceProvider()
 
 
-@dataclass(frozen=True)
-class Deps:
-    """Market data, profiles, the archive and the clock, as the nodes see them."""
+def open_archive(settings: Settings) -> ReportArchive:
+    """The report archive in `MA_ARCHIVE_DIR` (default: `reports/` in the data directory)."""
+    return ReportArchive(settings.archive_dir)
 
-    market_data: MarketDataProvider
-    profiles: ProfileReader
-    archive: ReportArchive
-    now: Callable[[], datetime]
-    analyst: Analyst = field(default_factory=RulesAnalyst)
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Deps:
-        """The dependencies `settings` describe. Opens nothing until a node uses it."""
-        return cls(
-            market_data=open_provider(settings),
-            profiles=ProfileStore.from_settings(settings),
-            archive=ReportArchive(settings.archive_dir),
-            now=settings.now,
-            analyst=open_analyst(settings),
-        )
+def open_profiles(settings: Settings) -> ProfileStore:
+    """The profile store: `QDRANT_URL` if set, else the embedded store in the data directory."""
+    return ProfileStore.from_settings(settings)
+
+
+def build_deps(settings: Settings) -> Deps:
+    """The dependencies `settings` describe. Opens nothing until a node uses it."""
+    return Deps(
+        market_data=open_market_data(settings),
+        profiles=open_profiles(settings),
+        archive=open_archive(settings),
+        analyst=open_analyst(settings),
+    )

@@ -1,65 +1,91 @@
-"""The one factory of the analyst graph."""
+"""The one factory of the analyst graph.
+
+Nodes get what they use (market data, the analyst, profiles, the archive) as LangGraph's runtime
+context, a `Deps` passed with each run (`graph.stream(..., context=deps)`), so the graph itself
+holds no client and reads no setting. A graph built with `default_deps` (the LangGraph server's
+export in `graphs/analyst.py`) uses those when a run brings no context of its own.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
 
-from market_analyst.deps import Deps
 from market_analyst.nodes.analyze import analyze
 from market_analyst.nodes.draft_report import draft_report
 from market_analyst.nodes.fetch_market_data import fetch_market_data
 from market_analyst.nodes.load_profile import load_profile
 from market_analyst.nodes.publish import publish
-from market_analyst.settings import Settings
+from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
 NODES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publish")
 GATE = "publish"
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "load_profile": load_profile,
+    "fetch_market_data": fetch_market_data,
+    "analyze": analyze,
+    "draft_report": draft_report,
+    "publish": publish,
+}
+
+# `wrapper(node_name, node_function)` returns the function the graph runs instead. A wrapper must
+# keep the node's signature (`functools.wraps` does): LangGraph injects `runtime` and `config` by it.
+NodeWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+_PROCESS_WRAPPERS: list[NodeWrapper] = []
+
+
+def add_node_wrapper(wrapper: NodeWrapper) -> None:
+    """Instrument every graph this process builds from now on (tracing, or the crash harness that
+    kills a process at a node boundary). Wrappers apply in the order they were added."""
+    _PROCESS_WRAPPERS.append(wrapper)
+
+
+def _with_default_context(node: Callable[..., Any], deps: Deps) -> Callable[..., Any]:
+    @functools.wraps(node)
+    def run(*args: Any, runtime: Runtime[Deps], **kwargs: Any) -> Any:
+        if runtime.context is None:
+            runtime = runtime.override(context=deps)
+        return node(*args, runtime=runtime, **kwargs)
+
+    return run
 
 
 def build_graph(
-    *, checkpointer: BaseCheckpointSaver[Any] | None = None, deps: Deps | None = None
+    *,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    default_deps: Deps | None = None,
+    wrap_node: NodeWrapper | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile `load_profile → fetch_market_data → analyze → draft_report → publish`, interrupting
-    before `publish` so that a person decides. `deps` defaults to what the environment describes."""
-    deps = deps or Deps.from_settings(Settings.load())
-
-    def load_profile_node(state: AnalystState) -> dict[str, Any]:
-        return load_profile(state, profiles=deps.profiles)
-
-    def fetch_market_data_node(state: AnalystState) -> dict[str, Any]:
-        return fetch_market_data(state, market_data=deps.market_data)
-
-    def analyze_node(state: AnalystState) -> dict[str, Any]:
-        return analyze(state, analyst=deps.analyst)
-
-    def publish_node(state: AnalystState, config: RunnableConfig) -> dict[str, Any]:
-        return publish(state, config, archive=deps.archive)
-
-    builder = StateGraph(AnalystState)
-    builder.add_node("load_profile", load_profile_node)
-    builder.add_node("fetch_market_data", fetch_market_data_node)
-    builder.add_node("analyze", analyze_node)
-    builder.add_node("draft_report", draft_report)
-    builder.add_node("publish", publish_node)
-    builder.add_edge(START, "load_profile")
-    builder.add_edge("load_profile", "fetch_market_data")
-    builder.add_edge("fetch_market_data", "analyze")
-    builder.add_edge("analyze", "draft_report")
-    builder.add_edge("draft_report", "publish")
-    builder.add_edge("publish", END)
+    before `publish` so that a person decides."""
+    builder = StateGraph(AnalystState, context_schema=Deps)
+    wrappers = [*_PROCESS_WRAPPERS, *([wrap_node] if wrap_node else [])]
+    for name in NODES:
+        node = _FUNCTIONS[name]
+        if default_deps is not None and "runtime" in _parameters(node):
+            node = _with_default_context(node, default_deps)
+        for wrapper in wrappers:
+            node = wrapper(name, node)
+        builder.add_node(name, node)
+    builder.add_edge(START, NODES[0])
+    for before, after in zip(NODES, NODES[1:], strict=False):
+        builder.add_edge(before, after)
+    builder.add_edge(NODES[-1], END)
     return builder.compile(checkpointer=checkpointer, interrupt_before=[GATE])
+
+
+def _parameters(node: Callable[..., Any]) -> set[str]:
+    return set(inspect.signature(node).parameters)
 
 
 def mermaid() -> str:
     """The Mermaid drawing of the graph, as `graphs/analyst.mmd` stores it."""
-    return str(
-        build_graph(deps=Deps.from_settings(Settings.load(environ={}, dotenv=None)))
-        .get_graph()
-        .draw_mermaid()
-    )
+    return str(build_graph().get_graph().draw_mermaid())

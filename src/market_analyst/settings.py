@@ -1,28 +1,32 @@
-"""Settings read once, at the edge, from the environment and an optional `.env` file."""
+"""Settings read once, at the edge, from the environment and an optional `.env` file.
+
+`Settings.load()` is the one place a value is read and checked: a bad value becomes one `UserError`
+line that names the variable. Nothing else in the package reads the environment.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
+    NoDecode,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+from market_analyst.choices import AnalystKind, CheckpointerKind, Durability, MarketDataKind
 from market_analyst.errors import UserError
 
-Durability = Literal["sync", "async", "exit"]
-CheckpointerKind = Literal["postgres", "redis"]
-MarketDataKind = Literal["snapshot", "csv", "yfinance"]
-
-DURABILITY_MODES: tuple[Durability, ...] = ("sync", "async", "exit")
-CHECKPOINTERS: tuple[CheckpointerKind, ...] = ("postgres", "redis")
-MARKET_DATA_KINDS: tuple[MarketDataKind, ...] = ("snapshot", "csv", "yfinance")
-AnalystKind = Literal["auto", "rules", "llm"]
-ANALYST_KINDS: tuple[AnalystKind, ...] = ("auto", "rules", "llm")
-
 # Every variable the application reads, with its default; `.env.example` mirrors this table and a
-# test keeps the two in step.
+# test keeps the two in step (and keeps the Settings fields in step with it).
 VARIABLES: dict[str, str] = {
     "MA_DATA_DIR": "./.market-analyst",
     "MA_CHECKPOINTER": "postgres",
@@ -45,54 +49,115 @@ VARIABLES: dict[str, str] = {
     "MA_OPENAI_MODEL": "gpt-4o-mini",
 }
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+# What `load()` reads: the environment (None: the process's own) and the `.env` file (None: none).
+_SOURCES: ContextVar[tuple[Mapping[str, str] | None, Path | None]] = ContextVar(
+    "market_analyst_settings_sources", default=(None, Path(".env"))
+)
 
 
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    value = value.strip().lower()
-    if value not in allowed:
-        raise UserError(f"{name}={value!r} is not one of: {', '.join(allowed)}")
-    return value
+class _MappingEnvironment(EnvSettingsSource):
+    """The environment source, reading a given mapping instead of `os.environ`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(
+            self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
 
 
-def _flag(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise UserError(f"{name}={value!r} is not a boolean (use true or false)")
+def _var(name: str) -> Any:
+    """A field read from variable `name`, defaulting to its entry in `VARIABLES`."""
+    default = VARIABLES[name]
+    return Field(default=default or None, validation_alias=name)
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
     """Where the stores live and how runs behave. Build it with `Settings.load()`."""
 
-    data_dir: Path
-    checkpointer: CheckpointerKind = "postgres"
-    postgres_url: str | None = None
-    redis_url: str | None = None
-    redis_shallow: bool = False
-    durability: Durability = "sync"
-    market_data: MarketDataKind = "snapshot"
-    csv_dir: Path | None = None
-    archive_dir_override: Path | None = None
-    qdrant_url: str | None = None
-    qdrant_api_key: str | None = None
-    user: str | None = None
-    approvers: frozenset[str] = field(default_factory=frozenset)
-    lease_ttl_seconds: float = 30.0
-    fixed_now: datetime | None = None
-    analyst: AnalystKind = "auto"
-    openai_api_key: str | None = field(default=None, repr=False)
-    openai_base_url: str | None = None
-    openai_model: str = "gpt-4o-mini"
+    model_config = SettingsConfigDict(
+        env_ignore_empty=True,  # `NAME=` in .env or the environment means "the default"
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+    data_dir: Path = _var("MA_DATA_DIR")
+    checkpointer: CheckpointerKind = _var("MA_CHECKPOINTER")
+    postgres_url: str | None = Field(default=None, validation_alias="POSTGRES_URL", repr=False)
+    redis_url: str | None = Field(default=None, validation_alias="REDIS_URL", repr=False)
+    redis_shallow: bool = _var("MA_REDIS_SHALLOW")
+    durability: Durability = _var("MA_DURABILITY")
+    market_data: MarketDataKind = _var("MA_MARKET_DATA")
+    csv_dir: Path | None = _var("MA_CSV_DIR")
+    archive_dir_override: Path | None = _var("MA_ARCHIVE_DIR")
+    qdrant_url: str | None = Field(default=None, validation_alias="QDRANT_URL", repr=False)
+    qdrant_api_key: SecretStr | None = _var("QDRANT_API_KEY")
+    user: str | None = _var("MA_USER")
+    approvers: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(), validation_alias="MA_APPROVERS"
+    )
+    lease_ttl_seconds: float = Field(default=30.0, gt=0, validation_alias="MA_LEASE_TTL_SECONDS")
+    fixed_now: datetime | None = _var("SOURCE_DATE_EPOCH")
+    analyst: AnalystKind = _var("MA_ANALYST")
+    openai_api_key: SecretStr | None = _var("OPENAI_API_KEY")
+    openai_base_url: str | None = _var("OPENAI_BASE_URL")
+    openai_model: str = _var("MA_OPENAI_MODEL")
+
+    @field_validator("checkpointer", "durability", "market_data", "analyst", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("data_dir", "csv_dir", "archive_dir_override", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return value.expanduser().absolute() if value is not None else None
+
+    @field_validator("approvers", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("fixed_now", mode="before")
+    @classmethod
+    def _epoch(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return datetime.fromtimestamp(int(value.strip()), UTC)
+            except ValueError:
+                raise ValueError(f"{value.strip()!r} is not a whole number of seconds") from None
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: Any,
+        env_settings: Any,
+        dotenv_settings: Any,
+        file_secret_settings: Any,
+    ) -> tuple[Any, ...]:
+        environ, dotenv = _SOURCES.get()
+        if environ is not None:
+            env_settings = _MappingEnvironment(settings_cls, environ)
+        readable = dotenv is not None and dotenv.is_file()
+        return (
+            init_settings,
+            env_settings,
+            DotEnvSettingsSource(settings_cls, env_file=dotenv if readable else None),
+        )
+
+    # -- derived values ----------------------------------------------------------------------------
 
     @property
     def uses_llm(self) -> bool:
         """The LLM analyst runs when chosen, or by default when `OPENAI_API_KEY` is set."""
-        return self.analyst == "llm" or (self.analyst == "auto" and bool(self.openai_api_key))
+        return self.analyst == "llm" or (self.analyst == "auto" and self.openai_api_key is not None)
 
     @property
     def archive_dir(self) -> Path:
@@ -113,57 +178,34 @@ class Settings:
         """The current UTC time, or the fixed time `SOURCE_DATE_EPOCH` names (reproducible runs)."""
         return self.fixed_now or datetime.now(UTC)
 
-    def with_overrides(self, **changes: object) -> Settings:
-        """A copy with command-line options applied; `None` values leave a setting as it is."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+    def secret(self, name: Literal["openai_api_key", "qdrant_api_key"]) -> str | None:
+        """The plain value of a secret setting, for the one adapter that sends it."""
+        value: SecretStr | None = getattr(self, name)
+        return value.get_secret_value() if value is not None else None
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with command-line options applied; `None` values leave a setting as it is.
+
+        The options are typed with the same `Literal`s as the fields, so the CLI has checked them."""
+        return self.model_copy(update={k: v for k, v in changes.items() if v is not None})
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None, dotenv: Path | None = Path(".env")) -> Settings:
         """Read settings from `environ` (default: the process environment) over an optional `.env`."""
-        values: dict[str, str] = {}
-        if dotenv is not None and dotenv.is_file():
-            from dotenv import dotenv_values
-
-            values.update({k: v for k, v in dotenv_values(dotenv).items() if v is not None})
-        values.update(os.environ if environ is None else environ)
-
-        def get(name: str) -> str:
-            return values.get(name, VARIABLES[name]).strip()
-
-        epoch = get("SOURCE_DATE_EPOCH")
-        fixed_now = None
-        if epoch:
-            try:
-                fixed_now = datetime.fromtimestamp(int(epoch), UTC)
-            except ValueError:
-                raise UserError(f"SOURCE_DATE_EPOCH={epoch!r} is not a whole number of seconds") from None
+        token = _SOURCES.set((environ, dotenv))
         try:
-            ttl = float(get("MA_LEASE_TTL_SECONDS"))
-        except ValueError:
-            raise UserError(f"MA_LEASE_TTL_SECONDS={get('MA_LEASE_TTL_SECONDS')!r} is not a number") from None
-        if ttl <= 0:
-            raise UserError("MA_LEASE_TTL_SECONDS must be positive")
-        approvers = frozenset(a.strip() for a in get("MA_APPROVERS").split(",") if a.strip())
-        return cls(
-            data_dir=Path(get("MA_DATA_DIR") or VARIABLES["MA_DATA_DIR"]).expanduser().absolute(),
-            checkpointer=_choice("MA_CHECKPOINTER", get("MA_CHECKPOINTER"), CHECKPOINTERS),  # type: ignore[arg-type]
-            postgres_url=get("POSTGRES_URL") or None,
-            redis_url=get("REDIS_URL") or None,
-            redis_shallow=_flag("MA_REDIS_SHALLOW", get("MA_REDIS_SHALLOW")),
-            durability=_choice("MA_DURABILITY", get("MA_DURABILITY"), DURABILITY_MODES),  # type: ignore[arg-type]
-            market_data=_choice("MA_MARKET_DATA", get("MA_MARKET_DATA"), MARKET_DATA_KINDS),  # type: ignore[arg-type]
-            csv_dir=Path(get("MA_CSV_DIR")).expanduser().absolute() if get("MA_CSV_DIR") else None,
-            archive_dir_override=Path(get("MA_ARCHIVE_DIR")).expanduser().absolute()
-            if get("MA_ARCHIVE_DIR")
-            else None,
-            qdrant_url=get("QDRANT_URL") or None,
-            qdrant_api_key=get("QDRANT_API_KEY") or None,
-            user=get("MA_USER") or None,
-            approvers=approvers,
-            lease_ttl_seconds=ttl,
-            fixed_now=fixed_now,
-            analyst=_choice("MA_ANALYST", get("MA_ANALYST"), ANALYST_KINDS),  # type: ignore[arg-type]
-            openai_api_key=get("OPENAI_API_KEY") or None,
-            openai_base_url=get("OPENAI_BASE_URL") or None,
-            openai_model=get("MA_OPENAI_MODEL") or VARIABLES["MA_OPENAI_MODEL"],
-        )
+            return cls()
+        except ValidationError as exc:
+            raise UserError(_one_line(exc)) from None
+        finally:
+            _SOURCES.reset(token)
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first problem, naming the variable and its value."""
+    first = exc.errors(include_url=False)[0]
+    name = ".".join(str(part) for part in first["loc"]) or "settings"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    value = first.get("input")
+    shown = f"={value!r}" if isinstance(value, str) and len(value) <= 60 else ""
+    return f"{name}{shown}: {message}"

@@ -12,10 +12,9 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from market_analyst.choices import Horizon, RiskTolerance
 from market_analyst.errors import UserError
 
-RiskTolerance = Literal["conservative", "moderate", "aggressive"]
-Horizon = Literal["short", "medium", "long"]
 RISK_TOLERANCES: tuple[str, ...] = ("conservative", "moderate", "aggressive")
 HORIZONS: tuple[str, ...] = ("short", "medium", "long")
 
@@ -40,6 +39,16 @@ def validate_user_id(raw: str) -> str:
             "starting with a letter or digit"
         )
     return raw
+
+
+def parse_sectors(raw: str) -> list[str]:
+    """`"a, b,,a"` -> `["a", "b"]`: comma-separated, trimmed, empty and repeated entries dropped."""
+    seen: dict[str, None] = {}
+    for part in raw.split(","):
+        part = part.strip()
+        if part:
+            seen.setdefault(part, None)
+    return list(seen)
 
 
 def validate_thread_id(raw: str) -> str:

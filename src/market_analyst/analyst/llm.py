@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from market_analyst.analyst import rules
 from market_analyst.errors import UserError
@@ -109,48 +110,54 @@ class LLMAnalyst:
             api_key=SecretStr(self.api_key),
             base_url=self.base_url,
             temperature=0,
-            max_retries=0,
+            max_retries=0,  # retried below, where the attempts are counted and said
             timeout=60,
         )
         return chat.with_structured_output(LLMAnalysis, method="function_calling")
 
+    def _ask(self, structured: Any, messages: list[tuple[str, str]]) -> LLMAnalysis:
+        """One answer from the model; a failed request (no connection, a timeout, a 5xx or 429) is
+        sent again with exponential backoff, up to `ATTEMPTS` requests in all."""
+        retrying = Retrying(
+            stop=stop_after_attempt(ATTEMPTS),
+            wait=wait_exponential(multiplier=BACKOFF_SECONDS, max=8),
+            retry=retry_if_exception(_transient),
+            sleep=self.sleep,
+            reraise=True,
+        )
+        answer = retrying(structured.invoke, messages)
+        return answer if isinstance(answer, LLMAnalysis) else LLMAnalysis.model_validate(answer)
+
+    def _prompt(self, ticker: str, facts: list[str], feedback: list[str]) -> list[tuple[str, str]]:
+        asked = f"Ticker: {ticker}\nFacts:\n" + "\n".join(f"- {f}" for f in facts)
+        if feedback:
+            asked += "\nReviewer feedback to address:\n" + "\n".join(f"- {x}" for x in feedback)
+        return [("system", SYSTEM), ("human", asked)]
+
     def analyse(
         self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
     ) -> dict[str, Any]:
-        """Recommendation, confidence, summary and risk factors from the model, checked against the facts."""
+        """Recommendation, confidence, summary and risk factors from the model, checked against the facts.
+
+        An answer that does not fit the schema, or cites a number no fact contains, is asked for again
+        (up to `ATTEMPTS` answers); the run then stops with one line and can be resumed."""
         if not self.api_key:
             raise UserError("the LLM analyst needs OPENAI_API_KEY (and OPENAI_BASE_URL for another server)")
         baseline = rules.analyse(figures, profile)
         facts = facts_for(figures, profile, baseline["framing"])
         allowed = allowed_numbers(facts)
-        messages: list[tuple[str, str]] = [
-            ("system", SYSTEM),
-            (
-                "human",
-                f"Ticker: {ticker}\nFacts:\n"
-                + "\n".join(f"- {f}" for f in facts)
-                + (
-                    "\nReviewer feedback to address:\n" + "\n".join(f"- {x}" for x in feedback)
-                    if feedback
-                    else ""
-                ),
-            ),
-        ]
+        messages = self._prompt(ticker, facts, feedback)
         structured = self._structured()
         problem = ""
-        for attempt in range(ATTEMPTS):
-            if attempt:
-                self.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+        for _ in range(ATTEMPTS):
             try:
-                answer = structured.invoke(messages)
+                answer = self._ask(structured, messages)
             except (ValidationError, ValueError) as exc:
                 problem = f"the answer did not fit the draft schema ({' '.join(str(exc).split())[:120]})"
                 continue
-            except Exception as exc:  # openai raises one type per HTTP failure; all are retried the same way
+            except Exception as exc:  # the transport failed ATTEMPTS times over
                 problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
-                continue
-            if not isinstance(answer, LLMAnalysis):
-                answer = LLMAnalysis.model_validate(answer)
+                break
             unsupported = unsupported_numbers(answer, allowed)
             if not unsupported:
                 return {
@@ -164,16 +171,23 @@ class LLMAnalyst:
                     "facts": facts,
                 }
             problem = f"the answer cited numbers that are not in the facts: {', '.join(unsupported[:5])}"
+            retry = f"Your answer cited {', '.join(unsupported[:5])}, which no fact contains. "
             messages = [
                 *messages,
                 ("ai", json.dumps(answer.model_dump())),
-                (
-                    "human",
-                    f"Your answer cited {', '.join(unsupported[:5])}, which no fact contains. "
-                    "Answer again citing only numbers from the facts.",
-                ),
+                ("human", retry + "Answer again citing only numbers from the facts."),
             ]
         where = self.base_url or "the OpenAI API"
         raise UserError(
             f"the LLM analyst ({self.model} at {where}) gave no usable answer in {ATTEMPTS} tries: {problem}"
         )
+
+
+def _transient(exc: BaseException) -> bool:
+    """A request failure worth sending again: no connection, a timeout, a server error or a 429."""
+    import openai
+
+    if isinstance(exc, openai.APIConnectionError):  # includes timeouts
+        return True
+    status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
+    return status is not None and (status >= 500 or status in (408, 429))

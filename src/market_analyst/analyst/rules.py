@@ -47,46 +47,40 @@ def _a(word: str) -> str:
     return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
 
-def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
-    """Score the figures against the profile and return recommendation, confidence and risks."""
-    limits = LIMITS[profile.risk_tolerance]
-    weights = HORIZON_WEIGHTS[profile.horizon]
-    tolerance = profile.risk_tolerance
-
-    # Momentum: horizon-weighted returns, each squashed so one outlier cannot decide alone.
+def _momentum(figures: dict[str, Any], weights: dict[str, float]) -> float:
+    """Horizon-weighted returns, each squashed so one outlier cannot decide alone."""
     used = {k: w for k, w in weights.items() if figures.get(k) is not None}
     total_weight = sum(used.values())
-    momentum = (
-        sum(w * math.tanh(float(figures[k]) / 0.25) for k, w in used.items()) / total_weight if used else 0.0
-    )
+    if not used:
+        return 0.0
+    return sum(w * math.tanh(float(figures[k]) / 0.25) for k, w in used.items()) / total_weight
 
-    trend_score = {"up": 0.25, "down": -0.25}.get(str(figures.get("trend")), 0.0)
+
+def _rsi_score(figures: dict[str, Any], risks: list[str]) -> float:
+    """A contrarian nudge at RSI extremes, with the risk it signals."""
     rsi_value = figures.get("rsi_14")
-    rsi_score = 0.0
-    risks: list[str] = []
-    if rsi_value is not None:
-        if rsi_value > 70:
-            rsi_score = -0.15
-            risks.append(f"RSI(14) of {rsi_value:.1f} is above 70: the recent rise may be overextended")
-        elif rsi_value < 30:
-            rsi_score = 0.15
-            risks.append(f"RSI(14) of {rsi_value:.1f} is below 30: selling pressure has been heavy")
+    if rsi_value is not None and rsi_value > 70:
+        risks.append(f"RSI(14) of {rsi_value:.1f} is above 70: the recent rise may be overextended")
+        return -0.15
+    if rsi_value is not None and rsi_value < 30:
+        risks.append(f"RSI(14) of {rsi_value:.1f} is below 30: selling pressure has been heavy")
+        return 0.15
+    return 0.0
 
+
+def _limit_penalty(figures: dict[str, Any], limits: RiskLimits, tolerance: str, risks: list[str]) -> float:
+    """How far volatility and drawdown exceed what the profile accepts, with a risk line for each."""
     penalty = 0.0
     volatility = figures.get("volatility_1y")
     if volatility is not None:
         excess = volatility / limits.max_volatility - 1.0
         if excess > 0:
             penalty += limits.penalty_weight * min(excess, 1.5) * 0.4
-            risks.append(
-                f"annualised volatility of {pct(volatility)} exceeds the {pct(limits.max_volatility)} "
-                f"{_a(tolerance)} profile accepts"
-            )
-        else:
-            risks.append(
-                f"annualised volatility of {pct(volatility)} is within the {pct(limits.max_volatility)} "
-                f"{_a(tolerance)} profile accepts"
-            )
+        verdict = "exceeds" if excess > 0 else "is within"
+        risks.append(
+            f"annualised volatility of {pct(volatility)} {verdict} the {pct(limits.max_volatility)} "
+            f"{_a(tolerance)} profile accepts"
+        )
     drawdown = float(figures.get("max_drawdown_1y") or 0.0)
     if drawdown > limits.max_drawdown:
         penalty += limits.penalty_weight * min(drawdown / limits.max_drawdown - 1.0, 1.5) * 0.4
@@ -94,6 +88,11 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
             f"the largest fall in the past year, {pct(drawdown)}, is deeper than the "
             f"{pct(limits.max_drawdown)} {_a(tolerance)} profile accepts"
         )
+    return penalty
+
+
+def _market_risks(figures: dict[str, Any], risks: list[str]) -> None:
+    """Risks that do not move the score: a high beta, a price far below its high."""
     benchmark = figures.get("benchmark")
     if isinstance(benchmark, dict) and benchmark.get("beta") is not None and benchmark["beta"] > 1.3:
         risks.append(
@@ -104,7 +103,9 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
     if from_high is not None and from_high < -0.2:
         risks.append(f"the price is {pct(-from_high)} below its 52-week high")
 
-    score = round(momentum + trend_score + rsi_score - penalty, 6)
+
+def _decide(score: float, limits: RiskLimits, risks: list[str]) -> tuple[str, float]:
+    """The recommendation the score earns, and a confidence that grows with the margin."""
     if score >= limits.buy_above:
         recommendation, margin = "buy", score - limits.buy_above
     elif score <= limits.sell_below:
@@ -114,8 +115,21 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
         margin = min(score - limits.sell_below, limits.buy_above - score)
     breaches = sum(1 for r in risks if "exceeds" in r or "deeper than" in r)
     confidence = 0.5 + 0.4 * math.tanh(margin / 0.3) - 0.08 * breaches
-    confidence = round(min(0.95, max(0.2, confidence)), 2)
+    return recommendation, round(min(0.95, max(0.2, confidence)), 2)
 
+
+def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
+    """Score the figures against the profile and return recommendation, confidence and risks."""
+    limits = LIMITS[profile.risk_tolerance]
+    tolerance = profile.risk_tolerance
+    momentum = _momentum(figures, HORIZON_WEIGHTS[profile.horizon])
+    trend_score = {"up": 0.25, "down": -0.25}.get(str(figures.get("trend")), 0.0)
+    risks: list[str] = []
+    rsi_score = _rsi_score(figures, risks)
+    penalty = _limit_penalty(figures, limits, tolerance, risks)
+    _market_risks(figures, risks)
+    score = round(momentum + trend_score + rsi_score - penalty, 6)
+    recommendation, confidence = _decide(score, limits, risks)
     return {
         "recommendation": recommendation,
         "confidence": confidence,
@@ -128,3 +142,13 @@ def analyse(figures: dict[str, Any], profile: Profile) -> dict[str, Any]:
             f"volatility limit {pct(limits.max_volatility)}, drawdown limit {pct(limits.max_drawdown)}."
         ),
     }
+
+
+class RulesAnalyst:
+    """The built-in analyst as the graph sees it (`ports.Analyst`): feedback cannot change its figures."""
+
+    def analyse(
+        self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
+    ) -> dict[str, Any]:
+        """The rules' judgement of `figures` for `profile`."""
+        return analyse(figures, profile)

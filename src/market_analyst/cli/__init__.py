@@ -40,7 +40,8 @@ def _root(
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    # Typer words a bad choice "Value error, 'x' is not one of ..."; the prefix says nothing to a user.
+    return " ".join(text.replace("Value error, ", "").split())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,28 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from market_analyst.errors import UserError
-from market_analyst.settings import CHECKPOINTERS, DURABILITY_MODES, MARKET_DATA_KINDS, Settings
+if TYPE_CHECKING:
+    from market_analyst.settings import Settings
 
 JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object instead of text.")
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment and `.env`, with the command's options applied."""
-    allowed = {
-        "durability": DURABILITY_MODES,
-        "checkpointer": CHECKPOINTERS,
-        "market_data": MARKET_DATA_KINDS,
-    }
-    for name, choices in allowed.items():
-        value = overrides.get(name)
-        if value is not None and value not in choices:
-            option = "--data" if name == "market_data" else f"--{name}"
-            raise UserError(f"{option} {value!r} is not one of: {', '.join(choices)}")
+    """Settings from the environment and `.env`, with the command's options applied (Typer has
+    already checked each option against the setting's type)."""
+    from market_analyst.settings import Settings
+
     return Settings.load().with_overrides(**overrides)
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
+from market_analyst.choices import Horizon, RiskTolerance
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
+
+if TYPE_CHECKING:
+    from market_analyst.state import ProfileUsed
 
 app = typer.Typer(
     help="Store, show or delete a user's risk profile (kept across runs, in Qdrant).",
@@ -19,28 +23,13 @@ USER_HELP = (
 )
 
 
-def _store_and_user(user: str | None) -> tuple[Any, str]:
-    from market_analyst.persistence.profiles import ProfileStore
-    from market_analyst.state import DEFAULT_USER
-
-    settings = load_settings()
-    # `--user ""` must be refused as empty, not replaced by the default: only an absent option defaults.
-    user_id = user if user is not None else settings.user or DEFAULT_USER
-    return ProfileStore.from_settings(settings), user_id
-
-
-def _render(used: Any) -> None:
-    from market_analyst.nodes.draft_report import profile_statement
+def _render(used: ProfileUsed) -> None:
+    from market_analyst.rendering import profile_statement
 
     p = used.profile
+    print(profile_statement(used, tense="present"))
     if used.source == "default":
-        print(
-            f"No stored profile for user {p.user_id!r}; runs use the defaults ({p.risk_tolerance} risk "
-            f"tolerance, {p.horizon} horizon). Set one with: market-analyst profile set --user {p.user_id} "
-            "--risk-tolerance conservative|moderate|aggressive --horizon short|medium|long"
-        )
         return
-    print(profile_statement(used))
     print(f"  risk tolerance:    {p.risk_tolerance}")
     print(f"  horizon:           {p.horizon}")
     print(f"  preferred sectors: {', '.join(p.preferred_sectors) or '(none)'}")
@@ -48,13 +37,20 @@ def _render(used: Any) -> None:
     print(f"  updated at:        {p.updated_at}")
 
 
+def _show(used: ProfileUsed, json_output: bool) -> None:
+    if json_output:
+        emit_json(used.model_dump(mode="json"))
+    else:
+        _render(used)
+
+
 @app.command("set")
 def set_profile(
     user: str = typer.Option(None, "--user", help=USER_HELP),
-    risk_tolerance: str = typer.Option(
+    risk_tolerance: RiskTolerance | None = typer.Option(
         None, "--risk-tolerance", help="conservative, moderate or aggressive (sets the analyst's limits)."
     ),
-    horizon: str = typer.Option(
+    horizon: Horizon | None = typer.Option(
         None, "--horizon", help="short, medium or long (weights short against long returns)."
     ),
     sectors: str = typer.Option(
@@ -64,23 +60,14 @@ def set_profile(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Create or change a profile. On an existing profile only the options given change."""
-    from market_analyst.persistence.profiles import parse_sectors
-    from market_analyst.state import ProfileUsed
+    from market_analyst.workflow.stores import set_profile as store_profile
 
-    store, user_id = _store_and_user(user)
-    profile = store.update(
-        user_id,
-        risk_tolerance=risk_tolerance,
-        horizon=horizon,
-        preferred_sectors=None if sectors is None else parse_sectors(sectors),
-        notes=notes,
+    used = store_profile(
+        load_settings(), user, risk_tolerance=risk_tolerance, horizon=horizon, sectors=sectors, notes=notes
     )
-    used = ProfileUsed(source="stored", profile=profile)
-    if json_output:
-        emit_json(used.model_dump(mode="json"))
-    else:
-        print(f"Saved the profile of user {user_id!r}.")
-        _render(used)
+    if not json_output:
+        print(f"Saved the profile of user {used.profile.user_id!r}.")
+    _show(used, json_output)
 
 
 @app.command("show")
@@ -89,14 +76,9 @@ def show_profile(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show the profile a run for this user would use: the stored one, or the defaults."""
-    from market_analyst.nodes.load_profile import profile_in_use
+    from market_analyst.workflow.stores import show_profile as profile_for
 
-    store, user_id = _store_and_user(user)
-    used = profile_in_use(store, user_id)
-    if json_output:
-        emit_json(used.model_dump(mode="json"))
-    else:
-        _render(used)
+    _show(profile_for(load_settings(), user), json_output)
 
 
 @app.command("delete")
@@ -105,8 +87,9 @@ def delete_profile(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Delete a stored profile; later runs for the user use the defaults."""
-    store, user_id = _store_and_user(user)
-    deleted = store.delete(user_id)
+    from market_analyst.workflow.stores import delete_profile as remove_profile
+
+    user_id, deleted = remove_profile(load_settings(), user)
     if json_output:
         emit_json({"user_id": user_id, "deleted": deleted})
     elif deleted:

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
+from market_analyst.errors import UserError
 
 app = typer.Typer(help="Read published reports from the archive.", no_args_is_help=True)
 
@@ -15,17 +16,16 @@ USER_OPTION = typer.Option(None, "--user", help="Only reports of this user.")
 
 
 def _print_listing(ticker: str | None, user: str | None, text: str | None, json_output: bool) -> None:
-    from market_analyst.persistence.archive import ReportArchive
+    from market_analyst.workflow.stores import find_reports
 
-    archive = ReportArchive(load_settings().archive_dir)
-    listing = archive.search(ticker=ticker, user_id=user, text=text)
+    listing = find_reports(load_settings(), ticker=ticker, user=user, text=text)
     for problem in listing.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
     if json_output:
         emit_json([r.to_json() for r in listing.reports])
         return
     if not listing.reports:
-        print(f"No matching reports in {archive.root}.", file=sys.stderr)
+        print(f"No matching reports in {listing.root}.", file=sys.stderr)
     for r in listing.reports:
         print(
             f"{r.key}  {r.ticker:<6} {r.recommendation:<5} {r.created_at}  "
@@ -49,8 +49,6 @@ def search_reports(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Find published reports by text, ticker and user."""
-    from market_analyst.errors import UserError
-
     if not (text or ticker or user):
         raise UserError("reports search needs text, --ticker or --user (or use: market-analyst reports list)")
     _print_listing(ticker, user, text, json_output)
@@ -61,15 +59,9 @@ def show_report(
     key: str = typer.Argument(..., help="The archive key."), json_output: bool = JSON_OPTION
 ) -> None:
     """Print one published report (Markdown, or the whole document with --json)."""
-    from market_analyst.errors import UserError
-    from market_analyst.persistence.archive import ReportArchive
+    from market_analyst.workflow.stores import read_report
 
-    archive = ReportArchive(load_settings().archive_dir)
-    document = archive.get(key)
-    if document is None:
-        raise UserError(
-            f"no report with key {key!r} in {archive.root} (list them with: market-analyst reports list)"
-        )
+    document = read_report(load_settings(), key)
     if json_output:
         emit_json(document)
     else:

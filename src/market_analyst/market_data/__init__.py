@@ -1,17 +1,14 @@
-"""Price histories behind one small protocol: the bundled snapshot, a CSV directory, or yfinance."""
+"""Price histories: the bundled snapshot, a CSV directory, or yfinance (`deps.open_market_data`
+chooses), each satisfying `ports.MarketDataProvider`."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from market_analyst.errors import UserError
-from market_analyst.market_data.base import MarketDataProvider, PriceHistory
+from market_analyst.market_data.base import PriceHistory
 
-if TYPE_CHECKING:
-    from market_analyst.settings import Settings
-
-__all__ = ["MarketDataProvider", "PriceHistory", "normalize_ticker", "open_provider", "BENCHMARK"]
+__all__ = ["PriceHistory", "normalize_ticker", "BENCHMARK"]
 
 # Letters, digits, '.', '-' and '^' (index symbols); at most 10 characters. Enough for every listed
 # symbol format we read, and nothing that can name a path.
@@ -31,20 +28,3 @@ def normalize_ticker(raw: str) -> str:
             f"malformed ticker {shown!r}: use 1-10 letters, digits, '.' or '-' (for example NVDA or BRK-B)"
         )
     return ticker
-
-
-def open_provider(settings: Settings) -> MarketDataProvider:
-    """The provider `settings.market_data` selects."""
-    if settings.market_data == "snapshot":
-        from market_analyst.market_data.snapshot import SnapshotProvider
-
-        return SnapshotProvider()
-    if settings.market_data == "csv":
-        from market_analyst.market_data.csv import CsvDirectoryProvider
-
-        if settings.csv_dir is None:
-            raise UserError("--data csv needs MA_CSV_DIR: a directory of TICKER.csv files")
-        return CsvDirectoryProvider(settings.csv_dir)
-    from market_analyst.market_data.yfinance import YFinanceProvider
-
-    return YFinanceProvider()

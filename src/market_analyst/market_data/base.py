@@ -1,4 +1,4 @@
-"""The market-data protocol and the CSV format every provider reads."""
+"""The price history every provider returns, and the CSV format they read."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import csv
 import io
 from dataclasses import dataclass
 from datetime import date
-from typing import Protocol
 
 from market_analyst.errors import UserError
 
@@ -26,18 +25,6 @@ class PriceHistory:
     def as_of(self) -> str:
         """The last trading day in the series (ISO date)."""
         return self.dates[-1]
-
-
-class MarketDataProvider(Protocol):
-    """Loads a ticker's daily history; raises `UserError` when it has none."""
-
-    name: str
-
-    def load(self, ticker: str) -> PriceHistory: ...
-
-    def describe(self, as_of: str) -> str:
-        """How a report names this source, e.g. "bundled snapshot, as of 2025-02-14"."""
-        ...
 
 
 def parse_price_csv(text: str, ticker: str, source: str, origin: str) -> PriceHistory:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from market_analyst.formatting import pct, signed_pct
+from market_analyst.rendering import profile_statement, render_markdown
 from market_analyst.state import AnalystState, Draft, ProfileUsed
 
 
@@ -14,68 +15,6 @@ def draft_id_for(content: dict[str, Any]) -> str:
     """A digest of the draft's content and inputs: equal drafts share an ID, any change makes a new one."""
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:24]
-
-
-def profile_statement(used: ProfileUsed) -> str:
-    """The sentence that says which profile the analysis used."""
-    p = used.profile
-    if used.source == "stored":
-        sectors = ", ".join(p.preferred_sectors) or "none"
-        return (
-            f"Profile of user {p.user_id!r} (updated {p.updated_at}): {p.risk_tolerance} risk tolerance, "
-            f"{p.horizon} horizon, preferred sectors: {sectors}."
-        )
-    return (
-        f"No stored profile for user {p.user_id!r}; used the defaults ({p.risk_tolerance} risk tolerance, "
-        f"{p.horizon} horizon). Set one with: market-analyst profile set --user {p.user_id} "
-        "--risk-tolerance conservative|moderate|aggressive --horizon short|medium|long"
-    )
-
-
-def render_markdown(d: dict[str, Any]) -> str:
-    """The Markdown rendering of a draft (every figure it cites comes from `figures`)."""
-    f = d["figures"]
-    lines = [
-        f"# {d['headline']}",
-        "",
-        f"**Recommendation:** {d['recommendation'].upper()}, confidence {d['confidence']:.2f}",
-        "",
-        f"**Question:** {d['question']}",
-        "",
-        d["summary"],
-        "",
-        "## Figures",
-        "",
-        "| figure | value |",
-        "|---|---|",
-        f"| last price ({d['as_of']}) | {f['price']} |",
-        f"| return 1M / 3M / 6M / 1Y | {signed_pct(f['return_1m'])} / {signed_pct(f['return_3m'])} / "
-        f"{signed_pct(f['return_6m'])} / {signed_pct(f['return_1y'])} |",
-        f"| annualised volatility (1Y) | {pct(f['volatility_1y'])} |",
-        f"| maximum drawdown (1Y) | {pct(f['max_drawdown_1y'])} |",
-        f"| SMA 50 / SMA 200 | {f['sma_50']} / {f['sma_200']} (trend: {f['trend']}) |",
-        f"| RSI(14) | {f['rsi_14']} |",
-        f"| from 52-week high / low | {signed_pct(f['from_52w_high'])} / {signed_pct(f['from_52w_low'])} |",
-    ]
-    bench = f.get("benchmark")
-    if bench:
-        lines.append(
-            f"| beta vs S&P 500 ({bench['window_start']} to {bench['window_end']}) | {bench['beta']} |"
-        )
-        lines.append(f"| return relative to S&P 500 (same window) | {signed_pct(bench['relative_return'])} |")
-    else:
-        lines.append("| beta vs S&P 500 | n/a: no overlapping dates in the data |")
-    lines += ["", "## Risk factors", ""]
-    lines += [f"- {r}" for r in d["risk_factors"]] or ["- none flagged by the rules"]
-    lines += ["", "## Basis", "", f"- Data: {d['data_source']}", f"- Profile: {d['profile']['statement']}"]
-    analyst = d["analyst"]
-    lines.append(f"- Analyst: {analyst['name']} (version {analyst['version']})")
-    lines.append(f"- Framing: {d['framing']}")
-    if d["feedback"]:
-        lines += ["", "## Reviewer feedback addressed", ""]
-        lines += [f"- {item}" for item in d["feedback"]]
-    lines += ["", f"Draft {d['draft_id']}, revision {d['revision']}.", ""]
-    return "\n".join(lines)
 
 
 def draft_report(state: AnalystState) -> dict[str, Any]:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph.runtime import Runtime
+
 from market_analyst.analyst.metrics import compute_metrics
 from market_analyst.errors import UserError
-from market_analyst.market_data import BENCHMARK, MarketDataProvider
+from market_analyst.market_data import BENCHMARK
+from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
 
-def fetch_market_data(state: AnalystState, *, market_data: MarketDataProvider) -> dict[str, Any]:
+def fetch_market_data(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
     """Compute every figure the report may cite, with the as-of date and the data source."""
+    market_data = runtime.context.market_data
     ticker = state["ticker"]
     history = market_data.load(ticker)
     benchmark = None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from market_analyst.deps import ProfileReader
+from langgraph.runtime import Runtime
+
+from market_analyst.ports import Deps, ProfileReader
 from market_analyst.state import DEFAULT_USER, AnalystState, Profile, ProfileUsed
 
 
@@ -16,7 +18,7 @@ def profile_in_use(profiles: ProfileReader, user_id: str) -> ProfileUsed:
     return ProfileUsed(source="default", profile=Profile(user_id=user_id))
 
 
-def load_profile(state: AnalystState, *, profiles: ProfileReader) -> dict[str, Any]:
+def load_profile(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
     """Keep a copy of the profile in the state, so the run is analysed with what it read here."""
-    used = profile_in_use(profiles, state.get("user_id") or DEFAULT_USER)
+    used = profile_in_use(runtime.context.profiles, state.get("user_id") or DEFAULT_USER)
     return {"profile": used.model_dump(mode="json")}

@@ -2,77 +2,31 @@
 
 A document's key derives from its operation ID (thread ID + draft ID), which the application owns:
 publishing the same operation again finds the existing document and returns it instead of writing a
-second one; the same operation with different content is refused, never overwritten.
+second one; the same operation with different content is refused, never overwritten. The document
+schema is in `archive_document.py`, the listing index in `archive_index.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import UserError
+from market_analyst.persistence.archive_document import build_document, render_document
+from market_analyst.persistence.archive_index import ArchiveIndex, Listing
+from market_analyst.ports import PublishRequest, PublishResult
 
-SCHEMA_VERSION = 1
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 MAX_KEY_LENGTH = 128
-INDEX_NAME = ".index.sqlite3"
 
 
 class ArchiveError(UserError):
     """The archive refused a key or a write, or holds a document it cannot read."""
-
-
-@dataclass(frozen=True)
-class PublishResult:
-    """The stored document and whether this call wrote it (False: it already existed)."""
-
-    key: str
-    document: dict[str, Any]
-    created: bool
-
-
-@dataclass(frozen=True)
-class ReportSummary:
-    """The fields `reports list` and `reports search` show, as the index keeps them."""
-
-    key: str
-    ticker: str
-    user_id: str | None
-    created_at: str
-    approved_by: str
-    recommendation: str
-    as_of: str
-    headline: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The summary as plain data."""
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class Listing:
-    """Summaries of readable documents, and one line for each document that could not be read."""
-
-    reports: list[ReportSummary]
-    problems: list[str]
-
-
-def operation_key(ticker: str, as_of: str, operation_id: str) -> str:
-    """The archive key of an operation: readable prefix, digest of the operation ID."""
-    digest = hashlib.sha256(operation_id.encode()).hexdigest()[:16]
-    return f"{ticker.lstrip('^')}-{as_of}-{digest}"
-
-
-def render_document(document: dict[str, Any]) -> bytes:
-    """The canonical bytes of a document: sorted keys, two-space indent, trailing newline."""
-    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 class ReportArchive:
@@ -80,6 +34,7 @@ class ReportArchive:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.index = ArchiveIndex(root)
 
     # -- keys and paths ---------------------------------------------------------------------------
 
@@ -116,6 +71,11 @@ class ReportArchive:
 
     # -- writing ----------------------------------------------------------------------------------
 
+    def publish_report(self, request: PublishRequest) -> PublishResult:
+        """Publish the document of an approved draft under its operation's key (`ports.ArchiveWriter`)."""
+        document = build_document(request)
+        return self.publish(document["key"], document)
+
     def publish(self, key: str, document: dict[str, Any]) -> PublishResult:
         """Store `document` under `key` once; a repeat of the same document returns the stored one.
 
@@ -146,7 +106,7 @@ class ReportArchive:
                 tmp.unlink()
         self._fsync_root()
         if created:
-            self._index_document(key, document)
+            self.index.add(key, document, path)
             return PublishResult(key, document, True)
         existing = self.path_for(key).read_bytes()
         if existing != payload:
@@ -200,98 +160,6 @@ class ReportArchive:
             if p.name.endswith(".json") and not p.name.startswith(".")
         )
 
-    # -- the index ------------------------------------------------------------------------------
-    #
-    # Documents are the truth; `.index.sqlite3` is a cache of their summaries so that listing and
-    # searching need not parse every file. Each listing reconciles the index with the directory by
-    # name, size and modification time, so a document written by a process that died before indexing
-    # it, or changed or damaged afterwards, is (re)read then.
-
-    @property
-    def index_path(self) -> Path:
-        """The SQLite file that caches document summaries."""
-        return self.root / INDEX_NAME
-
-    def _connect_index(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.index_path, timeout=30, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, ticker TEXT, user_id TEXT, "
-            "created_at TEXT, approved_by TEXT, recommendation TEXT, as_of TEXT, headline TEXT, "
-            "search_text TEXT, size INTEGER, mtime_ns INTEGER)"
-        )
-        return conn
-
-    @staticmethod
-    def _row(key: str, document: dict[str, Any], size: int, mtime_ns: int) -> tuple[Any, ...]:
-        report = document.get("report") or {}
-        text = " ".join(
-            str(part)
-            for part in (
-                key,
-                document.get("ticker"),
-                document.get("user_id"),
-                report.get("headline"),
-                document.get("markdown"),
-            )
-        )
-        return (
-            key,
-            document.get("ticker", ""),
-            document.get("user_id"),
-            document.get("created_at", ""),
-            document.get("approved_by", ""),
-            report.get("recommendation", ""),
-            document.get("as_of", ""),
-            report.get("headline", ""),
-            text.casefold(),
-            size,
-            mtime_ns,
-        )
-
-    def _index_document(self, key: str, document: dict[str, Any]) -> None:
-        path = self.path_for(key)
-        try:
-            stat = path.stat()
-            with contextlib.closing(self._connect_index()) as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    self._row(key, document, stat.st_size, stat.st_mtime_ns),
-                )
-        except (OSError, sqlite3.Error):
-            pass  # the next listing indexes it from the document itself
-
-    def _reconcile(self, conn: sqlite3.Connection) -> list[str]:
-        """Bring the index in line with the directory; return one line per unreadable document."""
-        on_disk: dict[str, tuple[int, int]] = {}
-        for entry in os.scandir(self.root):
-            if entry.name.endswith(".json") and not entry.name.startswith("."):
-                stat = entry.stat()
-                on_disk[entry.name[:-5]] = (stat.st_size, stat.st_mtime_ns)
-        indexed = {
-            k: (size, mtime) for k, size, mtime in conn.execute("SELECT key, size, mtime_ns FROM reports")
-        }
-        gone = [k for k in indexed if k not in on_disk]
-        stale = [k for k, stamp in on_disk.items() if indexed.get(k) != stamp]
-        problems: list[str] = []
-        rows = []
-        for key in sorted(stale):
-            try:
-                document = self.get(key)
-            except ArchiveError as exc:
-                problems.append(str(exc))
-                gone.append(key)
-                continue
-            if document is not None:
-                size, mtime = on_disk[key]
-                rows.append(self._row(key, document, size, mtime))
-        if gone or rows:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("DELETE FROM reports WHERE key = ?", [(k,) for k in gone])
-            conn.executemany("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-            conn.execute("COMMIT")
-        return problems
-
     def search(
         self, *, ticker: str | None = None, user_id: str | None = None, text: str | None = None
     ) -> Listing:
@@ -300,29 +168,9 @@ class ReportArchive:
         if not self.root.is_dir():
             return Listing([], [])
         try:
-            conn = self._connect_index()
+            return self.index.search(self.get, (ArchiveError,), ticker=ticker, user_id=user_id, text=text)
         except sqlite3.Error as exc:
-            raise ArchiveError(f"cannot open the archive index {self.index_path}: {exc}") from None
-        with contextlib.closing(conn):
-            problems = self._reconcile(conn)
-            where, args = [], []
-            if ticker:
-                where.append("ticker = ?")
-                args.append(ticker.upper())
-            if user_id:
-                where.append("user_id = ?")
-                args.append(user_id)
-            if text:
-                where.append("instr(search_text, ?) > 0")
-                args.append(text.casefold())
-            sql = (
-                "SELECT key, ticker, user_id, created_at, approved_by, recommendation, as_of, headline "
-                "FROM reports"
-                + (" WHERE " + " AND ".join(where) if where else "")
-                + " ORDER BY created_at, key"
-            )
-            reports = [ReportSummary(*row) for row in conn.execute(sql, args)]
-        return Listing(reports, problems)
+            raise ArchiveError(f"cannot open the archive index {self.index.path}: {exc}") from None
 
     def list(self) -> Listing:
         """Every readable report, oldest first, plus a line for each unreadable document."""

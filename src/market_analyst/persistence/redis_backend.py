@@ -20,9 +20,11 @@ from typing import Any
 
 from langgraph.checkpoint.redis import RedisSaver
 from langgraph.checkpoint.redis.shallow import ShallowRedisSaver
+from redis import exceptions as redis_errors
 
 from market_analyst.errors import ThreadBusy, UserError
-from market_analyst.persistence.checkpointers import CONNECT_TIMEOUT_SECONDS, redact_url
+from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
+from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 
 # Module versions are encoded as major*10000 + minor*100 + patch.
@@ -112,6 +114,7 @@ class RedisBackend:
     description: str
     lease_ttl_seconds: float
     fences: _Fences
+    outage_errors: tuple[type[BaseException], ...] = (redis_errors.ConnectionError, redis_errors.TimeoutError)
 
     @contextmanager
     def lease(self, thread_id: str) -> Iterator[None]:
@@ -136,11 +139,9 @@ class RedisBackend:
             self._release(key, token)
 
     def _release(self, key: str, token: int) -> None:
-        from redis.exceptions import ConnectionError, TimeoutError
-
         try:
             self.client.eval(_RELEASE, 1, key, token)
-        except (ConnectionError, TimeoutError):
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError):
             pass  # the server went away: the key expires on its own after the TTL
 
     def _renew(self, key: str, token: int, ttl_ms: int, stop: threading.Event) -> None:

@@ -14,14 +14,14 @@ import json
 import os
 import random
 import sys
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.crashkit import Harness
+from market_analyst.graph import NODES
+from tests.support.crashkit import Harness
+from tests.support.retry import retry_while_busy
 
-NODES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publish")
 ANALYZE_NODES = NODES[:4]
 KILL_POINTS = tuple(f"{when}:{node}" for node in NODES for when in ("before", "after")) + (
     "after-archive-write",
@@ -29,7 +29,6 @@ KILL_POINTS = tuple(f"{when}:{node}" for node in NODES for when in ("before", "a
 MODES = ("sync", "async", "exit")
 # A killed command's Redis lease expires after MA_LEASE_TTL_SECONDS; the crash tests set it short.
 LEASE_TTL_SECONDS = "2"
-BUSY_WAIT_SECONDS = 20.0
 TICKER = "NVDA"
 FIXED_CLOCK = "1739577600"  # 2025-02-15T00:00:00Z, so approval times match the uncrashed run
 
@@ -93,13 +92,8 @@ def _recover(h: Harness, env: dict[str, str], thread_id: str, report: CaseReport
             step = ["approve", thread_id, "--user", "bob"]
         else:
             raise AssertionError(f"thread {thread_id} ended as {state}, not published")
-        outcome = h.run([*step, "--json"], env)
-        deadline = time.monotonic() + BUSY_WAIT_SECONDS
-        while outcome.returncode != 0 and "is busy" in outcome.stderr and time.monotonic() < deadline:
-            # On Redis the killed command's lease outlives it until its TTL runs out.
-            time.sleep(0.2)
-            outcome = h.run([*step, "--json"], env)
-        outcome.check()
+        # On Redis the killed command's lease outlives it until its TTL runs out.
+        outcome = retry_while_busy(lambda step=step: h.run([*step, "--json"], env)).check()
         report.recovery.append(step[0])
         ran.update(outcome.nodes)
         state = outcome.json()["status"]

@@ -25,7 +25,7 @@ PRELOAD = [
     "langgraph.checkpoint.postgres",
     "langgraph.checkpoint.redis",
     "psycopg",
-    "tests.crash_child",
+    "tests.support.crash_child",
     "qdrant_client",
     "langchain_openai",
 ]
@@ -60,7 +60,7 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, kill_point: str, file
     os.chdir(cwd)
     sys.stdout = open(files["out"], "w")  # noqa: SIM115 - closed by the process exit
     sys.stderr = open(files["err"], "w")  # noqa: SIM115
-    from tests import crash_child
+    from tests.support import crash_child
 
     crash_child.log_nodes(files["nodes"])
     crash_child.install(kill_point)

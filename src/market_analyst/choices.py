@@ -1,0 +1,11 @@
+"""The closed sets of values settings, options and profiles take. Imports nothing heavy, so the CLI
+can type its options with them (Typer then checks each choice) without loading pydantic for `--help`."""
+
+from typing import Literal
+
+Durability = Literal["sync", "async", "exit"]
+CheckpointerKind = Literal["postgres", "redis"]
+MarketDataKind = Literal["snapshot", "csv", "yfinance"]
+AnalystKind = Literal["auto", "rules", "llm"]
+RiskTolerance = Literal["conservative", "moderate", "aggressive"]
+Horizon = Literal["short", "medium", "long"]

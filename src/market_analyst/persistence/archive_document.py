@@ -1,0 +1,48 @@
+"""The archive's document schema: what one published report looks like on disk, and its key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from market_analyst.ports import PublishRequest
+
+SCHEMA_VERSION = 1
+
+
+def operation_key(ticker: str, as_of: str, operation_id: str) -> str:
+    """The archive key of an operation: readable prefix, digest of the operation ID."""
+    digest = hashlib.sha256(operation_id.encode()).hexdigest()[:16]
+    return f"{ticker.lstrip('^')}-{as_of}-{digest}"
+
+
+def render_document(document: dict[str, Any]) -> bytes:
+    """The canonical bytes of a document: sorted keys, two-space indent, trailing newline."""
+    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def build_document(request: PublishRequest) -> dict[str, Any]:
+    """The document of one approved draft. Built from the request alone, so a publish re-run after a
+    crash builds the very same document (and bytes)."""
+    draft, approval = request.draft, request.approval
+    report = dict(draft)
+    markdown = report.pop("markdown")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "key": operation_key(draft["ticker"], draft["as_of"], request.operation_id),
+        "operation_id": request.operation_id,
+        "thread_id": request.thread_id,
+        "user_id": request.user_id,
+        "ticker": draft["ticker"],
+        "created_at": approval["at"],
+        "approved_by": approval["by"],
+        "approved_at": approval["at"],
+        "approval_note": approval.get("note", ""),
+        "data_source": draft["data_source"],
+        "as_of": draft["as_of"],
+        "analyst": draft["analyst"],
+        "draft_id": draft["draft_id"],
+        "report": report,
+        "markdown": markdown,
+    }

@@ -1,0 +1,104 @@
+"""The ports: what the graph's nodes and the workflow depend on, as protocols, and `Deps`, the runtime
+context LangGraph hands every node.
+
+Nothing here opens a store or imports a client library: `deps.py` builds the real adapters and
+`persistence/checkpointers.py` opens the checkpointer; the nodes see only these shapes.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from market_analyst.state import Profile
+
+if TYPE_CHECKING:
+    from market_analyst.market_data.base import PriceHistory
+
+
+class MarketDataProvider(Protocol):
+    """Loads a ticker's daily history; raises `UserError` when it has none."""
+
+    name: str
+
+    def load(self, ticker: str) -> PriceHistory:
+        """The ticker's daily adjusted closes, ascending by date."""
+        ...
+
+    def describe(self, as_of: str) -> str:
+        """How a report names this source, e.g. "bundled snapshot, as of 2025-02-14"."""
+        ...
+
+
+class ProfileReader(Protocol):
+    """Reads one user's stored profile by exact user ID; None when there is none."""
+
+    def get(self, user_id: str) -> Profile | None:
+        """The profile stored for exactly `user_id`, or None."""
+        ...
+
+
+class Analyst(Protocol):
+    """Turns figures and a profile into recommendation, confidence, risk factors and framing."""
+
+    def analyse(
+        self, ticker: str, figures: dict[str, Any], profile: Profile, feedback: list[str]
+    ) -> dict[str, Any]:
+        """The judgement of `figures` for `profile`, taking reviewer `feedback` into account."""
+        ...
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """The stored document and whether this call wrote it (False: it already existed)."""
+
+    key: str
+    document: dict[str, Any]
+    created: bool
+
+
+@dataclass(frozen=True)
+class PublishRequest:
+    """One publication: the approved draft, its approval, and the operation they make up."""
+
+    operation_id: str  # thread ID + draft ID: a repeat of the same publication is the same operation
+    thread_id: str
+    user_id: str | None
+    draft: dict[str, Any]
+    approval: dict[str, Any]
+
+
+class ArchiveWriter(Protocol):
+    """Stores an approved draft once per operation; a repeat returns the stored document."""
+
+    def publish_report(self, request: PublishRequest) -> PublishResult:
+        """Write the report `request` describes, unless this operation was written already."""
+        ...
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What the nodes use, passed as LangGraph's runtime context: never stored in a checkpoint."""
+
+    market_data: MarketDataProvider
+    profiles: ProfileReader
+    archive: ArchiveWriter
+    analyst: Analyst
+
+
+class CheckpointBackend(Protocol):
+    """A ready saver and the lease that keeps one writer per thread on the same backend."""
+
+    saver: Any
+    description: str
+    # The exceptions that mean "the store went away mid-command" on this backend.
+    outage_errors: tuple[type[BaseException], ...]
+
+    def lease(self, thread_id: str) -> AbstractContextManager[None]:
+        """Hold the thread's lease for the block, or raise `ThreadBusy` at once."""
+        ...
+
+    def thread_ids(self) -> list[str]:
+        """Every thread with at least one checkpoint."""
+        ...

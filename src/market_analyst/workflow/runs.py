@@ -1,0 +1,207 @@
+"""What the run commands do: start, approve, reject, revise, resume and inspect threads.
+
+Each function opens the checkpointer, takes the thread's lease where it advances the thread, reads
+the saved state first, and returns a `ThreadView` for the CLI to render.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from market_analyst.deps import build_deps, check_analyst, open_checkpointer
+from market_analyst.errors import UserError
+from market_analyst.graph import build_graph
+from market_analyst.ports import CheckpointBackend, Deps
+from market_analyst.settings import Settings
+from market_analyst.state import DEFAULT_USER, Approval, validate_thread_id, validate_user_id
+from market_analyst.workflow.views import ThreadView, config_for, decidable_view, require_view, view_of
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Run:
+    """The compiled graph over an open checkpointer, and the dependencies its nodes get."""
+
+    graph: Any
+    deps: Deps
+    settings: Settings
+    backend: CheckpointBackend
+
+    def advance(self, inputs: Any, thread_id: str, progress: Progress | None) -> None:
+        """Run the thread from its last checkpoint (or from `inputs`) to the gate or the end."""
+        stream = self.graph.stream(
+            inputs,
+            config_for(thread_id),
+            context=self.deps,
+            stream_mode="updates",
+            durability=self.settings.durability,
+        )
+        for update in stream:
+            if progress is not None:
+                for node in update:
+                    if not node.startswith("__"):
+                        progress(node)
+
+
+@contextmanager
+def open_run(settings: Settings, thread_id: str | None = None, deps: Deps | None = None) -> Iterator[Run]:
+    """The graph over an open checkpointer, holding the thread's lease if one is named.
+
+    A checkpointer that goes away mid-command becomes one clear `UserError`: what finished before
+    the last checkpoint is kept, and `resume` continues from there once the server is back."""
+    with open_checkpointer(settings) as backend:
+        try:
+            run = Run(
+                build_graph(checkpointer=backend.saver), deps or build_deps(settings), settings, backend
+            )
+            if thread_id is None:
+                yield run
+            else:
+                with backend.lease(thread_id):
+                    yield run
+        except backend.outage_errors as exc:
+            detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+            then = (
+                f"; when it is back, continue with 'market-analyst resume {thread_id}'" if thread_id else ""
+            )
+            raise UserError(f"lost the checkpointer at {backend.description} ({detail}){then}") from None
+
+
+def _user(settings: Settings, user: str | None) -> str:
+    # An explicit --user "" is refused, not replaced by the default.
+    return validate_user_id(user if user is not None else settings.user or DEFAULT_USER)
+
+
+def start_analysis(
+    settings: Settings,
+    ticker: str,
+    *,
+    question: str | None = None,
+    user: str | None = None,
+    thread_id: str | None = None,
+    progress: Progress | None = None,
+) -> ThreadView:
+    """Run a new thread up to the approval gate. Bad input fails before any state is written."""
+    from market_analyst.market_data import normalize_ticker
+
+    symbol = normalize_ticker(ticker)
+    user_id = _user(settings, user)
+    thread_id = validate_thread_id(thread_id) if thread_id else str(uuid.uuid4())
+    check_analyst(settings)
+    deps = build_deps(settings)
+    deps.market_data.load(symbol)  # unknown ticker: refuse before a thread exists
+    with open_run(settings, thread_id, deps) as run:
+        if view_of(run.graph, thread_id) is not None:
+            raise UserError(
+                f"thread {thread_id} already has a run: see 'market-analyst status {thread_id}' "
+                f"or continue it with 'market-analyst resume {thread_id}'"
+            )
+        inputs = {"ticker": symbol, "question": question or "", "user_id": user_id, "feedback": []}
+        run.advance(inputs, thread_id, progress)
+        return require_view(run.graph, thread_id)
+
+
+def _decision(
+    settings: Settings, decision: Literal["approved", "rejected"], by: str, note: str, view: ThreadView
+) -> dict[str, Any]:
+    """A decision on the view's draft, recorded with who made it and when (UTC)."""
+    assert view.draft is not None
+    return Approval(
+        decision=decision,
+        by=by,
+        at=settings.now().isoformat(timespec="seconds"),
+        note=note,
+        draft_id=view.draft["draft_id"],
+    ).model_dump(mode="json")
+
+
+def approve_thread(
+    settings: Settings,
+    thread_id: str,
+    *,
+    user: str | None = None,
+    note: str = "",
+    progress: Progress | None = None,
+) -> ThreadView:
+    """Record an approval of the current draft and resume into `publish`."""
+    validate_thread_id(thread_id)
+    approver = _user(settings, user)
+    if settings.approvers and approver not in settings.approvers:
+        raise UserError(
+            f"user {approver!r} may not approve: MA_APPROVERS allows {', '.join(sorted(settings.approvers))}"
+        )
+    with open_run(settings, thread_id) as run:
+        view = decidable_view(run.graph, thread_id, "approve", approved_ok=True)
+        if view.status == "awaiting_approval":
+            approval = _decision(settings, "approved", approver, note, view)
+            run.graph.update_state(config_for(thread_id), {"approval": approval})
+        # else: an approval was recorded before a crash; finish what it started, without asking again.
+        run.advance(None, thread_id, progress)
+        return require_view(run.graph, thread_id)
+
+
+def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str | None = None) -> ThreadView:
+    """Record a rejection with its reason and end the run; nothing is published."""
+    validate_thread_id(thread_id)
+    if not reason.strip():
+        raise UserError("reject needs a reason: --reason 'why this draft should not be published'")
+    rejecter = _user(settings, user)
+    with open_run(settings, thread_id) as run:
+        view = decidable_view(run.graph, thread_id, "reject")
+        rejection = _decision(settings, "rejected", rejecter, reason.strip(), view)
+        run.graph.update_state(config_for(thread_id), {"approval": rejection})
+        run.advance(None, thread_id, None)
+        return require_view(run.graph, thread_id)
+
+
+def revise_thread(
+    settings: Settings, thread_id: str, *, feedback: str, progress: Progress | None = None
+) -> ThreadView:
+    """Add reviewer feedback and draft again; the new draft stops at the gate again."""
+    validate_thread_id(thread_id)
+    if not feedback.strip():
+        raise UserError("revise needs feedback: --feedback 'what the next draft should change'")
+    check_analyst(settings)
+    with open_run(settings, thread_id) as run:
+        decidable_view(run.graph, thread_id, "revise")
+        snapshot = run.graph.get_state(config_for(thread_id))
+        feedback_list = list(snapshot.values.get("feedback") or []) + [feedback.strip()]
+        # Written as if `analyze` had produced it, so `draft_report` runs next and drafts anew.
+        run.graph.update_state(config_for(thread_id), {"feedback": feedback_list}, as_node="analyze")
+        run.advance(None, thread_id, progress)
+        return require_view(run.graph, thread_id)
+
+
+def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | None = None) -> ThreadView:
+    """Continue a thread from its last checkpoint, as far as it can go without a new decision."""
+    validate_thread_id(thread_id)
+    with open_run(settings, thread_id) as run:
+        view = require_view(run.graph, thread_id)
+        if view.status in ("in_progress", "approved_pending_publish"):
+            run.advance(None, thread_id, progress)
+            view = require_view(run.graph, thread_id)
+            view.message = "resumed"
+        else:
+            view.message = "nothing to resume"
+        return view
+
+
+def thread_status(settings: Settings, thread_id: str) -> ThreadView:
+    """The saved state of a thread, read without taking its lease."""
+    validate_thread_id(thread_id)
+    with open_run(settings) as run:
+        return require_view(run.graph, thread_id)
+
+
+def list_threads(settings: Settings, *, pending_only: bool = False) -> list[ThreadView]:
+    """Every thread (or only those awaiting approval), by thread ID."""
+    with open_run(settings) as run:
+        views = [v for t in run.backend.thread_ids() if (v := view_of(run.graph, t)) is not None]
+    if pending_only:
+        views = [v for v in views if v.status == "awaiting_approval"]
+    return views

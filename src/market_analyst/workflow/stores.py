@@ -1,0 +1,106 @@
+"""What the commands that read or manage a store do: the archive, the profiles, the embedded server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from market_analyst.deps import embedded_server_pid, open_archive, open_profiles, stop_embedded_server
+from market_analyst.errors import UserError
+from market_analyst.nodes.load_profile import profile_in_use
+from market_analyst.redaction import redact_url
+from market_analyst.settings import Settings
+from market_analyst.state import DEFAULT_USER, Horizon, ProfileUsed, RiskTolerance, parse_sectors
+
+# -- the archive -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportListing:
+    """Matching report summaries, lines about documents that could not be read, and where."""
+
+    reports: list[Any]
+    problems: list[str]
+    root: Path
+
+
+def find_reports(
+    settings: Settings, *, ticker: str | None = None, user: str | None = None, text: str | None = None
+) -> ReportListing:
+    """Published reports matching every filter given (all of them without filters), oldest first."""
+    archive = open_archive(settings)
+    listing = archive.search(ticker=ticker, user_id=user, text=text)
+    return ReportListing(listing.reports, listing.problems, archive.root)
+
+
+def read_report(settings: Settings, key: str) -> dict[str, Any]:
+    """The archived document under `key`, or `UserError` when there is none."""
+    archive = open_archive(settings)
+    document = archive.get(key)
+    if document is None:
+        raise UserError(
+            f"no report with key {key!r} in {archive.root} (list them with: market-analyst reports list)"
+        )
+    return document
+
+
+# -- profiles --------------------------------------------------------------------------------------
+
+
+def _profile_user(settings: Settings, user: str | None) -> str:
+    # `--user ""` must be refused as empty, not replaced by the default: only an absent option defaults.
+    return user if user is not None else settings.user or DEFAULT_USER
+
+
+def set_profile(
+    settings: Settings,
+    user: str | None,
+    *,
+    risk_tolerance: RiskTolerance | None = None,
+    horizon: Horizon | None = None,
+    sectors: str | None = None,
+    notes: str | None = None,
+) -> ProfileUsed:
+    """Create the user's profile or change only the fields given; returns what is stored now."""
+    profile = open_profiles(settings).update(
+        _profile_user(settings, user),
+        risk_tolerance=risk_tolerance,
+        horizon=horizon,
+        preferred_sectors=None if sectors is None else parse_sectors(sectors),
+        notes=notes,
+    )
+    return ProfileUsed(source="stored", profile=profile)
+
+
+def show_profile(settings: Settings, user: str | None) -> ProfileUsed:
+    """The profile a run for the user would use: the stored one, or the defaults."""
+    return profile_in_use(open_profiles(settings), _profile_user(settings, user))
+
+
+def delete_profile(settings: Settings, user: str | None) -> tuple[str, bool]:
+    """Delete the user's profile; returns the user ID and whether there was one."""
+    user_id = _profile_user(settings, user)
+    return user_id, open_profiles(settings).delete(user_id)
+
+
+# -- the embedded PostgreSQL -----------------------------------------------------------------------
+
+
+def database_status(settings: Settings) -> str:
+    """One sentence on the checkpointer's PostgreSQL: a configured server, or the embedded one."""
+    if settings.postgres_url:
+        return f"POSTGRES_URL is set ({redact_url(settings.postgres_url)}); the embedded server is not used."
+    pid = embedded_server_pid(settings.postgres_dir)
+    if pid is not None:
+        return f"The embedded PostgreSQL runs in {settings.postgres_dir} (pid {pid})."
+    return (
+        f"The embedded PostgreSQL is not running; it starts with the next command ({settings.postgres_dir})."
+    )
+
+
+def stop_database(settings: Settings) -> str:
+    """Stop the embedded server, saying whether one was running."""
+    if stop_embedded_server(settings):
+        return f"Stopped the embedded PostgreSQL in {settings.postgres_dir}."
+    return f"No embedded PostgreSQL runs in {settings.postgres_dir}."

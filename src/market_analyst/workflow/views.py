@@ -1,0 +1,132 @@
+"""Where a thread stands, read from its saved state, and the refusals that follow from it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from market_analyst.errors import UserError
+
+ThreadStatus = Literal[
+    "awaiting_approval",  # paused at the gate with a draft and no decision
+    "approved_pending_publish",  # an approval is recorded; publish has not finished
+    "published",
+    "rejected",
+    "in_progress",  # stopped before the gate (a crash, an outage): `resume` continues it
+    "ended",  # finished without a publication or a rejection
+]
+
+
+@dataclass
+class ThreadView:
+    """A thread as the saved state describes it."""
+
+    thread_id: str
+    status: ThreadStatus
+    next: list[str]
+    ticker: str | None = None
+    user_id: str | None = None
+    draft: dict[str, Any] | None = None
+    approval: dict[str, Any] | None = None
+    publication: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+    message: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The view as plain data for `--json`."""
+        data = asdict(self)
+        data.pop("extra")
+        data.update(self.extra)
+        return data
+
+
+def config_for(thread_id: str) -> dict[str, Any]:
+    """The run configuration that names a thread."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _status(snapshot: Any, values: dict[str, Any]) -> tuple[ThreadStatus, list[str]]:
+    next_nodes = list(snapshot.next)
+    approval = values.get("approval")
+    if next_nodes == ["publish"]:
+        approved = approval is not None and approval.get("decision") == "approved"
+        return ("approved_pending_publish" if approved else "awaiting_approval"), next_nodes
+    if not next_nodes and snapshot.tasks:
+        # The tasks of the latest checkpoint finished and their writes were saved, but the process
+        # died before the next checkpoint: `next` is empty, yet `resume` applies the writes and goes on.
+        return "in_progress", [task.name for task in snapshot.tasks]
+    if next_nodes:
+        return "in_progress", next_nodes
+    if values.get("publication"):
+        return "published", next_nodes
+    if approval and approval.get("decision") == "rejected":
+        return "rejected", next_nodes
+    return "ended", next_nodes
+
+
+def view_of(graph: Any, thread_id: str) -> ThreadView | None:
+    """The thread's view, or None when no checkpoint names it."""
+    snapshot = graph.get_state(config_for(thread_id))
+    if snapshot.metadata is None and not snapshot.values:
+        return None
+    values = snapshot.values or {}
+    status, next_nodes = _status(snapshot, values)
+    return ThreadView(
+        thread_id=thread_id,
+        status=status,
+        next=next_nodes,
+        ticker=values.get("ticker"),
+        user_id=values.get("user_id"),
+        draft=values.get("draft"),
+        approval=values.get("approval"),
+        publication=values.get("publication"),
+        checkpoint_id=(snapshot.config or {}).get("configurable", {}).get("checkpoint_id"),
+    )
+
+
+def require_view(graph: Any, thread_id: str) -> ThreadView:
+    """The thread's view, or `UserError` naming the unknown thread."""
+    view = view_of(graph, thread_id)
+    if view is None:
+        raise UserError(
+            f"unknown thread {thread_id}: no run has that ID (start one with: market-analyst analyze TICKER)"
+        )
+    return view
+
+
+def _finished_refusal(view: ThreadView, action: str) -> UserError | None:
+    if view.status == "published":
+        key = (view.publication or {}).get("key")
+        return UserError(
+            f"thread {view.thread_id} was already published (archive key {key}); nothing to {action}"
+        )
+    if view.status == "rejected":
+        approval = view.approval or {}
+        return UserError(
+            f"thread {view.thread_id} was rejected by {approval.get('by')} at {approval.get('at')} "
+            f"({approval.get('note')}); nothing to {action}"
+        )
+    if view.status == "ended":
+        return UserError(f"thread {view.thread_id} has ended; nothing to {action}")
+    if view.status == "in_progress":
+        return UserError(
+            f"thread {view.thread_id} is not at the approval gate yet: the next node is {view.next[0]}; "
+            f"continue it with 'market-analyst resume {view.thread_id}'"
+        )
+    return None
+
+
+def decidable_view(graph: Any, thread_id: str, action: str, *, approved_ok: bool = False) -> ThreadView:
+    """The thread's view if a decision on its draft can be made now; otherwise `UserError` saying why."""
+    view = require_view(graph, thread_id)
+    refusal = _finished_refusal(view, action)
+    if refusal:
+        raise refusal
+    if view.status == "approved_pending_publish" and not approved_ok:
+        raise UserError(
+            f"thread {thread_id} is already approved and waits to publish; "
+            f"finish it with 'market-analyst resume {thread_id}'"
+        )
+    assert view.draft is not None
+    return view

