@@ -27,9 +27,11 @@ test:
 	@$(BIN)/pytest -n $(PYTEST_WORKERS) -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
+# ruff, mypy, and the import contracts in pyproject.toml (layers; adapters only through deps.py).
 lint:
 	$(BIN)/ruff check src tests graphs scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench:
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
@@ -43,7 +45,7 @@ crash-soak:
 	@mkdir -p .cache && rm -f $(CRASH_REPORT)
 	CRASH_RANDOM_KILLS=$(CRASH_RANDOM_KILLS) CRASH_REPORT_FILE=$(CRASH_REPORT) \
 	  $(BIN)/pytest -n $(PYTEST_WORKERS) -q tests/test_crash_recovery.py $(PYTEST_ARGS)
-	@$(BIN)/python -m tests.crash_matrix summarize $(CRASH_REPORT)
+	@$(BIN)/python -m tests.support.crash_matrix summarize $(CRASH_REPORT)
 
 graph:
 	$(BIN)/python -c "from market_analyst.graph import mermaid; print(mermaid(), end='')" > graphs/analyst.mmd

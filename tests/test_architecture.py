@@ -1,0 +1,97 @@
+"""The shape of the package as a checked contract: the import layers and the one door to the adapters
+(`pyproject.toml`, `[tool.importlinter]`), and the settings table that `.env.example` mirrors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from market_analyst.settings import VARIABLES, Settings
+from tests.support import REPO
+
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` over the package under `root/src`, with `root/pyproject.toml`'s contracts."""
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=root,
+        env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_import_contracts_hold():
+    result = _lint_imports(REPO)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "broken"),
+    [
+        # A node reaching up to the workflow: a back-edge across the layers.
+        (
+            "nodes/analyze.py",
+            "import market_analyst.workflow",
+            "market_analyst.nodes is not allowed to import",
+        ),
+        # The CLI opening the archive itself instead of going through the factory.
+        ("cli/reports.py", "import market_analyst.persistence.archive", "Adapters (persistence, services)"),
+    ],
+)
+def test_a_planted_back_edge_breaks_the_contract(tmp_path: Path, module: str, planted: str, broken: str):
+    shutil.copytree(
+        REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__")
+    )
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    with open(tmp_path / "src" / "market_analyst" / module, "a") as handle:
+        handle.write(f"\n{planted}  # planted by the test\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "1 broken" in result.stdout and broken in result.stdout, result.stdout[-3000:]
+
+
+def test_settings_read_exactly_the_variables_env_example_lists():
+    aliases = {field.validation_alias for field in Settings.model_fields.values()}
+    assert aliases == set(VARIABLES)
+    defaults = Settings.load(environ={}, dotenv=None)
+    assert defaults.durability == VARIABLES["MA_DURABILITY"] and defaults.lease_ttl_seconds == float(
+        VARIABLES["MA_LEASE_TTL_SECONDS"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "needle"),
+    [
+        (
+            "MA_DURABILITY",
+            "sometimes",
+            "MA_DURABILITY='sometimes': Input should be 'sync', 'async' or 'exit'",
+        ),
+        ("MA_LEASE_TTL_SECONDS", "abc", "MA_LEASE_TTL_SECONDS='abc'"),
+        ("MA_REDIS_SHALLOW", "maybe", "MA_REDIS_SHALLOW='maybe'"),
+        ("SOURCE_DATE_EPOCH", "soon", "is not a whole number of seconds"),
+        ("MA_CHECKPOINTER", "mysql", "MA_CHECKPOINTER='mysql'"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str, needle: str):
+    from market_analyst.errors import UserError
+
+    with pytest.raises(UserError) as error:
+        Settings.load(environ={name: value}, dotenv=None)
+    assert needle in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_environment_wins_over_dotenv(tmp_path: Path):
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("MA_DURABILITY=exit\nMA_USER=from-dotenv\nUNRELATED=1\n")
+    settings = Settings.load(environ={"MA_DURABILITY": "async"}, dotenv=dotenv)
+    assert settings.durability == "async" and settings.user == "from-dotenv"
