@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 MA := $(BIN)/market-analyst
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test lint bench graph crash-soak up down clean
+.PHONY: install demo test lint bench fuzz graph crash-soak up down clean
 
 # The Redis Stack server the tests start needs Debian 11's libssl1.1 (see scripts/fetch-libssl.sh);
 # without it the Redis tests need REDIS_URL, so a machine that cannot fetch it still installs.
@@ -35,6 +35,12 @@ lint:
 
 bench:
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+FUZZ_EXAMPLES ?= 400
+
+# The command line under generated input (tests/test_fuzz.py), with many more examples than the suite.
+fuzz:
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/test_fuzz.py -k generated
 
 CRASH_REPORT ?= $(CURDIR)/.cache/crash-report.jsonl
 CRASH_RANDOM_KILLS ?= 500

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from market_analyst.services import stop_embedded_postgres
 from tests.support.cli import clean_environ
 from tests.support.make import run_make
+from tests.support.services import discard_embedded_postgres
 
 
 def test_make_demo_publishes_one_report_from_a_second_process(tmp_path: Path):
@@ -22,4 +22,4 @@ def test_make_demo_publishes_one_report_from_a_second_process(tmp_path: Path):
         assert document["report"]["data_source"] == "bundled snapshot, as of 2025-02-14"
         assert (data_dir / "postgres" / "PG_VERSION").exists()  # the embedded server, in the data dir
     finally:
-        stop_embedded_postgres(data_dir / "postgres")
+        discard_embedded_postgres(data_dir / "postgres")

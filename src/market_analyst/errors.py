@@ -1,8 +1,26 @@
-"""The one error class a user can cause; the CLI maps it to exit code 2 and a single line."""
+"""The errors a command can end with, each with its own exit code (the CLI prints one line).
+
+- `UserError` (exit 2): bad input or an unusable environment the user can fix; the message says how.
+- `ServiceUnavailable` (exit 69, sysexits' EX_UNAVAILABLE): a service the command needs (the
+  database, Redis, a Qdrant server, the model server) did not answer; nothing that finished was lost,
+  and the message says how to carry on.
+- anything else is a bug (exit 1).
+"""
+
+USER_ERROR_EXIT = 2
+UNAVAILABLE_EXIT = 69
 
 
 class UserError(Exception):
     """Bad input or an unusable environment that the user can fix; the message is shown as is."""
+
+    exit_code = USER_ERROR_EXIT
+
+
+class ServiceUnavailable(Exception):
+    """A service the command needs did not answer; what finished before is kept."""
+
+    exit_code = UNAVAILABLE_EXIT
 
 
 class ThreadBusy(UserError):

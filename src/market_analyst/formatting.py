@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -13,3 +14,13 @@ def signed_pct(value: Any) -> str:
 def pct(value: Any) -> str:
     """A fraction as a percentage with one decimal ("56.8%"), or "n/a"."""
     return "n/a" if value is None else f"{float(value) * 100:.1f}%"
+
+
+# C0 and C1 control characters and DEL, except line feed and tab: a terminal would act on them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control characters (an escape sequence that clears the
+    screen, a carriage return that overwrites a line) are shown as `\\x1b`-style escapes instead."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

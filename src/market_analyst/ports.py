@@ -95,6 +95,11 @@ class CheckpointBackend(Protocol):
     # The exceptions that mean "the store went away mid-command" on this backend.
     outage_errors: tuple[type[BaseException], ...]
 
+    @property
+    def restart_hint(self) -> str:
+        """What brings the store back ("when the server is back"; an embedded server restarts)."""
+        ...
+
     def lease(self, thread_id: str) -> AbstractContextManager[None]:
         """Hold the thread's lease for the block, or raise `ThreadBusy` at once."""
         ...

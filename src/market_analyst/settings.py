@@ -24,6 +24,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from market_analyst.choices import AnalystKind, CheckpointerKind, Durability, MarketDataKind
 from market_analyst.errors import UserError
+from market_analyst.redaction import SECRET_VARIABLES, URL_VARIABLES, redact_url
 
 # Every variable the application reads, with its default; `.env.example` mirrors this table and a
 # test keeps the two in step (and keeps the Settings fields in step with it).
@@ -47,7 +48,12 @@ VARIABLES: dict[str, str] = {
     "OPENAI_API_KEY": "",
     "OPENAI_BASE_URL": "",
     "MA_OPENAI_MODEL": "gpt-4o-mini",
+    "MA_DEBUG": "false",
 }
+# The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
+MAX_EPOCH = 253_402_300_799
+# A Redis lease lives between one second and one day without renewal.
+LEASE_TTL_BOUNDS = (1.0, 86_400.0)
 
 # What `load()` reads: the environment (None: the process's own) and the `.env` file (None: none).
 _SOURCES: ContextVar[tuple[Mapping[str, str] | None, Path | None]] = ContextVar(
@@ -99,12 +105,19 @@ class Settings(BaseSettings):
     approvers: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(), validation_alias="MA_APPROVERS"
     )
-    lease_ttl_seconds: float = Field(default=30.0, gt=0, validation_alias="MA_LEASE_TTL_SECONDS")
+    lease_ttl_seconds: float = Field(
+        default=30.0,
+        ge=LEASE_TTL_BOUNDS[0],
+        le=LEASE_TTL_BOUNDS[1],
+        allow_inf_nan=False,
+        validation_alias="MA_LEASE_TTL_SECONDS",
+    )
     fixed_now: datetime | None = _var("SOURCE_DATE_EPOCH")
     analyst: AnalystKind = _var("MA_ANALYST")
     openai_api_key: SecretStr | None = _var("OPENAI_API_KEY")
     openai_base_url: str | None = _var("OPENAI_BASE_URL")
     openai_model: str = _var("MA_OPENAI_MODEL")
+    debug: bool = _var("MA_DEBUG")
 
     @field_validator("checkpointer", "durability", "market_data", "analyst", mode="before")
     @classmethod
@@ -128,9 +141,22 @@ class Settings(BaseSettings):
     def _epoch(cls, value: Any) -> Any:
         if isinstance(value, str):
             try:
-                return datetime.fromtimestamp(int(value.strip()), UTC)
+                seconds = int(value.strip())
             except ValueError:
                 raise ValueError(f"{value.strip()!r} is not a whole number of seconds") from None
+            if not 0 <= seconds <= MAX_EPOCH:
+                raise ValueError(f"must be between 0 and {MAX_EPOCH} (the end of the year 9999)")
+            return datetime.fromtimestamp(seconds, UTC)
+        return value
+
+    @field_validator("qdrant_url", mode="after")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        scheme, _, rest = value.partition("://")
+        if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+            raise ValueError("must be an http:// or https:// URL such as http://localhost:6333")
         return value
 
     @classmethod
@@ -202,10 +228,13 @@ class Settings(BaseSettings):
 
 
 def _one_line(exc: ValidationError) -> str:
-    """The first problem, naming the variable and its value."""
+    """The first problem, naming the variable and its value (an address without its password, a
+    secret not at all)."""
     first = exc.errors(include_url=False)[0]
     name = ".".join(str(part) for part in first["loc"]) or "settings"
     message = str(first["msg"]).removeprefix("Value error, ")
     value = first.get("input")
-    shown = f"={value!r}" if isinstance(value, str) and len(value) <= 60 else ""
-    return f"{name}{shown}: {message}"
+    if name in SECRET_VARIABLES or not isinstance(value, str):
+        return f"{name}: {message}"
+    shown = redact_url(value) if name in URL_VARIABLES else value
+    return f"{name}={shown[:60]!r}: {message}"

@@ -82,6 +82,15 @@ class Harness:
         self.ctx.set_forkserver_preload(PRELOAD)
         self.counter = 0
 
+    def _start(self, argv: list[str], env: dict[str, str], kill_point: str, cwd: Path | None) -> _Running:
+        self.counter += 1
+        base = self.workdir / f"child-{os.getpid()}-{self.counter}"
+        files = {k: f"{base}.{k}" for k in ("out", "err", "nodes")}
+        proc = self.ctx.Process(target=_child, args=(argv, env, str(cwd or self.workdir), kill_point, files))
+        running = _Running(argv, proc, files, time.monotonic())
+        proc.start()
+        return running
+
     def run(
         self,
         argv: list[str],
@@ -90,23 +99,37 @@ class Harness:
         timeout: float = 120,
         cwd: Path | None = None,
     ) -> Outcome:
-        """Run `market-analyst argv...` in a child; kill it at `kill_point` (see tests.crash_child)."""
-        self.counter += 1
-        base = self.workdir / f"child-{os.getpid()}-{self.counter}"
-        files = {k: f"{base}.{k}" for k in ("out", "err", "nodes")}
-        started = time.monotonic()
-        proc = self.ctx.Process(target=_child, args=(argv, env, str(cwd or self.workdir), kill_point, files))
-        proc.start()
-        proc.join(timeout)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-            raise AssertionError(f"{argv} did not finish in {timeout} s")
+        """Run `market-analyst argv...` in a child; kill it at `kill_point` (see support/crash_child.py)."""
+        return self._start(argv, env, kill_point, cwd).finish(timeout)
+
+    def run_together(
+        self, jobs: list[tuple[list[str], dict[str, str]]], timeout: float = 180, cwd: Path | None = None
+    ) -> list[Outcome]:
+        """Start every job at once, each in its own child process, and wait for all of them."""
+        running = [self._start(argv, env, "none", cwd) for argv, env in jobs]
+        return [job.finish(timeout) for job in running]
+
+
+@dataclass
+class _Running:
+    """A child started by the harness."""
+
+    argv: list[str]
+    proc: Any
+    files: dict[str, str]
+    started: float
+
+    def finish(self, timeout: float) -> Outcome:
+        self.proc.join(max(0.0, self.started + timeout - time.monotonic()))
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+            raise AssertionError(f"{self.argv} did not finish in {timeout} s")
 
         def read(name: str) -> str:
-            path = Path(files[name])
+            path = Path(self.files[name])
             return path.read_text() if path.exists() else ""
 
         nodes = [line for line in read("nodes").splitlines() if line]
-        code = proc.exitcode if proc.exitcode is not None else -1
-        return Outcome(code, read("out"), read("err"), nodes, time.monotonic() - started)
+        code = self.proc.exitcode if self.proc.exitcode is not None else -1
+        return Outcome(code, read("out"), read("err"), nodes, time.monotonic() - self.started)

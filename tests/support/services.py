@@ -27,6 +27,17 @@ LIBSSL_SCRIPT = REPO / "scripts" / "fetch-libssl.sh"
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
 
+def discard_embedded_postgres(pgdata: Path) -> None:
+    """Stop the embedded server of `pgdata` and delete its files, wherever they live (as root they
+    are linked from `pgdata`, see market_analyst.services)."""
+    stop_embedded_postgres(pgdata)
+    if pgdata.is_symlink():
+        target = pgdata.resolve()
+        shutil.rmtree(target, ignore_errors=True)
+        target.with_name(f"{target.name}.owner").unlink(missing_ok=True)
+        pgdata.unlink()
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """A real PostgreSQL server (the embedded binary) in a directory of its own; yields its URI.
@@ -39,7 +50,7 @@ def postgres_server() -> Iterator[str]:
     try:
         yield uri
     finally:
-        stop_embedded_postgres(pgdata)
+        discard_embedded_postgres(pgdata)
         shutil.rmtree(base, ignore_errors=True)
 
 

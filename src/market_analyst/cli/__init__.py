@@ -1,7 +1,8 @@
 """The `market-analyst` command: a Typer app per command group, joined here.
 
-Errors a user can cause (`UserError`, usage errors) become one line on stderr and exit code 2;
-anything else is a bug: one line and exit code 1, or the traceback with `--debug`.
+Errors a user can cause (`UserError`, usage errors) become one line on stderr and exit code 2; a
+service that is unavailable exits 69; anything else is a bug and exits 1. `--debug` (anywhere on
+the line) adds the traceback before that line and keeps the code.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
+import warnings
+from typing import NoReturn
 
 import typer
 
@@ -16,7 +20,8 @@ import typer
 from typer._click.exceptions import ClickException, UsageError
 
 from market_analyst.cli import db, profile, reports, runs
-from market_analyst.errors import UserError
+from market_analyst.cli.output import guard_output
+from market_analyst.errors import USER_ERROR_EXIT, ServiceUnavailable, UserError
 
 app = typer.Typer(
     name="market-analyst",
@@ -44,49 +49,62 @@ def _one_line(text: str) -> str:
     return " ".join(text.replace("Value error, ", "").split())
 
 
+def _debug_requested(args: list[str]) -> bool:
+    """`--debug` anywhere on the line, or MA_DEBUG set true (in the environment or `.env`)."""
+    from market_analyst.cli.output import settings_environment
+
+    flag = os.environ.get("MA_DEBUG") or settings_environment(os.environ, names=("MA_DEBUG",)).get(
+        "MA_DEBUG", ""
+    )
+    return "--debug" in args or flag.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _fail(message: str, code: int, debug: bool) -> NoReturn:
+    """Print the error as one line (after the traceback with --debug) and exit with `code`."""
+    if debug:
+        traceback.print_exc()
+    print(message, file=sys.stderr)
+    sys.exit(code)
+
+
+def _usage_line(exc: UsageError) -> str:
+    where = (
+        f"market-analyst {exc.ctx.command_path.split(' ', 1)[1]}"
+        if exc.ctx and " " in exc.ctx.command_path
+        else "market-analyst"
+    )
+    return f"error: {_one_line(exc.format_message())} (see '{where} --help')"
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app and map errors to one line and an exit code."""
+    """Console entry point: run the app and map errors to one line and an exit code (see errors.py);
+    `--debug` adds the traceback and never changes the code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args or os.environ.get("MA_DEBUG", "").lower() in ("1", "true", "yes")
-    # Libraries log their own warnings (psycopg on a lost connection, for one); the error line below
-    # says what happened, so they are shown only with --debug.
+    debug = _debug_requested(args)
+    args = [a for a in args if a != "--debug"]
+    guard_output()
+    # Libraries log and warn on their own (psycopg on a lost connection, qdrant-client on an API key
+    # over http); the one error line says what happened, so they are shown only with --debug.
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     else:
         logging.getLogger().addHandler(logging.NullHandler())
+        warnings.simplefilter("ignore")
     try:
         result = app(args=args, prog_name="market-analyst", standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        print("error: aborted", file=sys.stderr)
-        sys.exit(130)
+        _fail("error: aborted", 130, debug)
     except UsageError as exc:
-        where = (
-            f"market-analyst {exc.ctx.command_path.split(' ', 1)[1]}"
-            if exc.ctx and " " in exc.ctx.command_path
-            else "market-analyst"
-        )
-        print(f"error: {_one_line(exc.format_message())} (see '{where} --help')", file=sys.stderr)
-        sys.exit(2)
+        _fail(_usage_line(exc), USER_ERROR_EXIT, debug)
     except ClickException as exc:
-        print(f"error: {_one_line(exc.format_message())}", file=sys.stderr)
-        sys.exit(exc.exit_code or 2)
-    except UserError as exc:
-        if debug:
-            raise
-        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
-        sys.exit(2)
+        _fail(f"error: {_one_line(exc.format_message())}", exc.exit_code or USER_ERROR_EXIT, debug)
+    except (UserError, ServiceUnavailable) as exc:
+        _fail(f"error: {_one_line(str(exc))}", exc.exit_code, debug)
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _fail("error: interrupted", 130, debug)
     except Exception as exc:
-        if debug:
-            raise
-        print(
-            f"internal error: {type(exc).__name__}: {_one_line(str(exc))} "
-            "(run with --debug for the traceback)",
-            file=sys.stderr,
-        )
-        sys.exit(1)
+        hint = "" if debug else " (run with --debug for the traceback)"
+        _fail(f"internal error: {type(exc).__name__}: {_one_line(str(exc))}{hint}", 1, debug)
     sys.exit(result if isinstance(result, int) else 0)

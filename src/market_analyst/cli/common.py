@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import typer
 if TYPE_CHECKING:
     from market_analyst.settings import Settings
 
+_C1 = re.compile(r"[\x7f-\x9f]")
 JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object instead of text.")
 
 
@@ -23,8 +25,10 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 def emit_json(data: Any) -> None:
-    """Print `data` as one JSON document on stdout."""
-    print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+    """Print `data` as one JSON document on stdout. JSON escapes C0 controls itself; DEL and the C1
+    controls are escaped here too (as \\u escapes), so the text stays valid JSON and inert on a terminal."""
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+    print(_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def progress_printer() -> Any:

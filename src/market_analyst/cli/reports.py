@@ -20,7 +20,7 @@ def _print_listing(ticker: str | None, user: str | None, text: str | None, json_
 
     listing = find_reports(load_settings(), ticker=ticker, user=user, text=text)
     for problem in listing.problems:
-        print(f"warning: skipped {problem}", file=sys.stderr)
+        print(f"warning: {problem}", file=sys.stderr)
     if json_output:
         emit_json([r.to_json() for r in listing.reports])
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass
 from datetime import date
 
@@ -29,7 +30,13 @@ class PriceHistory:
 
 def parse_price_csv(text: str, ticker: str, source: str, origin: str) -> PriceHistory:
     """Parse `date,open,high,low,close,adj_close,volume` rows; `origin` names the file in errors."""
-    reader = csv.DictReader(io.StringIO(text))
+    try:
+        return _parse(csv.DictReader(io.StringIO(text)), ticker, source, origin)
+    except csv.Error as exc:
+        raise UserError(f"{origin}: not a CSV file of prices ({exc})") from None
+
+
+def _parse(reader: csv.DictReader[str], ticker: str, source: str, origin: str) -> PriceHistory:
     missing = [c for c in ("date", "adj_close") if c not in (reader.fieldnames or [])]
     if missing:
         raise UserError(f"{origin}: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}")
@@ -40,8 +47,10 @@ def parse_price_csv(text: str, ticker: str, source: str, origin: str) -> PriceHi
             day = date.fromisoformat(row["date"]).isoformat()
             close = float(row["adj_close"])
         except (TypeError, ValueError):
-            raise UserError(f"{origin}, line {line_no}: not a date and a price: {row!r}") from None
-        if not close > 0:
+            shown = repr(row)
+            shown = shown if len(shown) <= 120 else shown[:120] + "..."
+            raise UserError(f"{origin}, line {line_no}: not a date and a price: {shown}") from None
+        if not (close > 0 and math.isfinite(close)):
             raise UserError(f"{origin}, line {line_no}: adj_close must be positive, got {close}")
         if dates and day <= dates[-1]:
             raise UserError(f"{origin}, line {line_no}: dates must ascend ({day} after {dates[-1]})")

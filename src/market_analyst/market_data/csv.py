@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from market_analyst.errors import UserError
-from market_analyst.market_data.base import PriceHistory, parse_price_csv
+from market_analyst.market_data.base import COLUMNS, PriceHistory, parse_price_csv
 
 
 class CsvDirectoryProvider:
@@ -24,6 +24,8 @@ class CsvDirectoryProvider:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise UserError(f"cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path} is not a UTF-8 text file of prices ({','.join(COLUMNS)})") from None
         return parse_price_csv(text, ticker, f"csv {path}", str(path))
 
     def describe(self, as_of: str) -> str:

@@ -4,29 +4,45 @@ A document's key derives from its operation ID (thread ID + draft ID), which the
 publishing the same operation again finds the existing document and returns it instead of writing a
 second one; the same operation with different content is refused, never overwritten. The document
 schema is in `archive_document.py`, the listing index in `archive_index.py`.
+
+The archive never creates links, so a link inside it is damage: it is neither followed nor listed.
+Files are owner-only (0600 in a 0700 directory).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.archive_document import build_document, render_document
+from market_analyst.files import FILE_MODE, private_dir
+from market_analyst.persistence.archive_document import build_document, parse_document, render_document
 from market_analyst.persistence.archive_index import ArchiveIndex, Listing
 from market_analyst.ports import PublishRequest, PublishResult
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 MAX_KEY_LENGTH = 128
+# A temporary file older than this was left by a process that died between writing and linking it.
+STALE_TEMP_SECONDS = 60.0
 
 
 class ArchiveError(UserError):
     """The archive refused a key or a write, or holds a document it cannot read."""
+
+
+def valid_key(key: str) -> str:
+    """`key` if it can only name a file inside the archive, else `ArchiveError`."""
+    if not key or len(key) > MAX_KEY_LENGTH or os.path.isabs(key) or not _KEY.fullmatch(key) or ".." in key:
+        raise ArchiveError(
+            f"invalid archive key {key[:40]!r}: use letters, digits, '-', '_' and single dots; "
+            "no path separators, no '..', nothing absolute"
+        )
+    return key
 
 
 class ReportArchive:
@@ -39,33 +55,23 @@ class ReportArchive:
     # -- keys and paths ---------------------------------------------------------------------------
 
     def path_for(self, key: str) -> Path:
-        """The file of `key`, or `ArchiveError` when the key could name anything outside the root."""
-        if (
-            not key
-            or len(key) > MAX_KEY_LENGTH
-            or "/" in key
-            or "\\" in key
-            or ".." in key
-            or os.path.isabs(key)
-            or not _KEY.fullmatch(key)
-        ):
-            raise ArchiveError(
-                f"invalid archive key {key[:40]!r}: use letters, digits, '-', '_' and single dots; "
-                "no path separators, no '..', nothing absolute"
-            )
-        path = self.root / f"{key}.json"
-        if path.is_symlink() or path.exists():
-            real_root = self.root.resolve()
-            real = path.resolve()
-            if real.parent != real_root:
-                raise ArchiveError(f"archive key {key!r} is a link that leaves the archive root {self.root}")
+        """The file of `key`, or `ArchiveError` when the key could name anything but a plain file here."""
+        path = self.root / f"{valid_key(key)}.json"
+        if path.is_symlink():
+            outside = path.resolve().parent != self.root.resolve()
+            detail = "a link that leaves the archive root" if outside else "a link, not a report"
+            raise ArchiveError(f"archive document {path} is {detail}; refusing it")
         return path
 
+    def _check_root(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise ArchiveError(
+                f"MA_ARCHIVE_DIR {self.root} is a file, not a directory: point it at a directory"
+            )
+
     def _ensure_root(self) -> None:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ArchiveError(f"cannot create archive directory {self.root}: {exc.strerror}") from None
+        self._check_root()
+        private_dir(self.root, "the archive directory")
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise ArchiveError(f"cannot write to archive directory {self.root}: permission denied")
 
@@ -86,38 +92,43 @@ class ReportArchive:
         path = self.path_for(key)
         self._ensure_root()
         payload = render_document(document)
-        tmp = self.root / f".{key}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        created = self._write_once(path, payload)
+        self._fsync_root()
+        self._remove_stale_temporaries()
+        if created:
+            self.index.add(key, document, path)
+            return PublishResult(key, document, True)
+        existing = self.get(key) or {}
+        if render_document(existing) != payload:
+            if existing.get("operation_id") != document.get("operation_id"):
+                raise ArchiveError(f"archive key {key} already holds another operation's report")
+            raise ArchiveError(
+                f"operation {document.get('operation_id')} was already published with different content "
+                f"({path}); refusing to overwrite it"
+            )
+        return PublishResult(key, existing, False)
+
+    def _write_once(self, path: Path, payload: bytes) -> bool:
+        """Write `payload` to `path` unless it exists; True if this call created it."""
+        tmp = self.root / f".{path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
+                os.fchmod(fd, FILE_MODE)
                 os.write(fd, payload)
                 os.fsync(fd)
             finally:
                 os.close(fd)
             try:
                 os.link(tmp, path)
-                created = True
+                return True
             except FileExistsError:
-                created = False
+                return False
         except OSError as exc:
             raise ArchiveError(f"cannot write {path}: {exc.strerror}") from None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        self._fsync_root()
-        if created:
-            self.index.add(key, document, path)
-            return PublishResult(key, document, True)
-        existing = self.path_for(key).read_bytes()
-        if existing != payload:
-            stored = self._parse(key, existing)
-            if stored.get("operation_id") != document.get("operation_id"):
-                raise ArchiveError(f"archive key {key} already holds another operation's report")
-            raise ArchiveError(
-                f"operation {document.get('operation_id')} was already published with different content "
-                f"({path}); refusing to overwrite it"
-            )
-        return PublishResult(key, json.loads(existing), False)
 
     def _fsync_root(self) -> None:
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
@@ -126,21 +137,25 @@ class ReportArchive:
         finally:
             os.close(fd)
 
+    def _remove_stale_temporaries(self) -> None:
+        """Remove temporary files a killed writer left between its link and its unlink."""
+        cutoff = time.time() - STALE_TEMP_SECONDS
+        for entry in os.scandir(self.root):
+            if (
+                entry.name.startswith(".")
+                and entry.name.endswith(".tmp")
+                and entry.is_file(follow_symlinks=False)
+            ):
+                with contextlib.suppress(OSError):
+                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        os.unlink(entry.path)
+
     # -- reading ----------------------------------------------------------------------------------
 
-    def _parse(self, key: str, data: bytes) -> dict[str, Any]:
-        try:
-            document = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ArchiveError(
-                f"archive document {self.root / (key + '.json')} is corrupted: {exc}"
-            ) from None
-        if not isinstance(document, dict) or "schema_version" not in document:
-            raise ArchiveError(f"archive document {self.root / (key + '.json')} is not a report")
-        return document
-
     def get(self, key: str) -> dict[str, Any] | None:
-        """The document stored under `key`, None if there is none; `ArchiveError` if unreadable."""
+        """The document stored under `key`, None if there is none; `ArchiveError` naming the file if it
+        cannot be read or is not a valid report."""
+        self._check_root()
         path = self.path_for(key)
         try:
             data = path.read_bytes()
@@ -148,7 +163,10 @@ class ReportArchive:
             return None
         except OSError as exc:
             raise ArchiveError(f"cannot read archive document {path}: {exc.strerror}") from None
-        return self._parse(key, data)
+        try:
+            return parse_document(data)
+        except ValueError as exc:
+            raise ArchiveError(f"archive document {path} is corrupted: {exc}") from None
 
     def keys(self) -> list[str]:
         """Keys of every document file, sorted."""
@@ -165,12 +183,13 @@ class ReportArchive:
     ) -> Listing:
         """Reports matching every filter given (ticker and user exactly, text as a case-blind
         substring of the report), oldest first, plus a line for each unreadable document."""
+        self._check_root()
         if not self.root.is_dir():
             return Listing([], [])
         try:
             return self.index.search(self.get, (ArchiveError,), ticker=ticker, user_id=user_id, text=text)
-        except sqlite3.Error as exc:
-            raise ArchiveError(f"cannot open the archive index {self.index.path}: {exc}") from None
+        except sqlite3.OperationalError as exc:
+            raise ArchiveError(f"cannot use the archive index {self.index.path}: {exc}") from None
 
     def list(self) -> Listing:
         """Every readable report, oldest first, plus a line for each unreadable document."""

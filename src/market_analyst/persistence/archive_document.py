@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from market_analyst.ports import PublishRequest
 
@@ -46,3 +48,48 @@ def build_document(request: PublishRequest) -> dict[str, Any]:
         "report": report,
         "markdown": markdown,
     }
+
+
+class ReportBody(BaseModel):
+    """The structured report inside a document: the fields a listing shows must be there."""
+
+    model_config = ConfigDict(extra="allow")
+
+    recommendation: str
+    headline: str
+
+
+class ReportDocument(BaseModel):
+    """What a readable archive document holds; anything else is skipped by listings and named by `show`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: Literal[1]
+    key: str
+    operation_id: str
+    thread_id: str
+    user_id: str | None
+    ticker: str
+    created_at: str
+    approved_by: str
+    approved_at: str
+    as_of: str
+    report: ReportBody
+    markdown: str
+
+
+def parse_document(data: bytes) -> dict[str, Any]:
+    """The document in `data`, checked against `ReportDocument`; `ValueError` says what is wrong."""
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise ValueError("not a report (a JSON document, but not an object)")
+    try:
+        ReportDocument.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "document"
+        raise ValueError(f"not a valid report ({where}: {first['msg']})") from None
+    return document

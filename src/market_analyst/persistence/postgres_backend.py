@@ -7,6 +7,7 @@ session ends, so a killed process frees it at once.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,13 +16,15 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from market_analyst.errors import ThreadBusy, UserError
+from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 
 # A fixed advisory-lock key that serialises schema set-up between processes starting at once.
 _SETUP_LOCK_KEY = 0x6D615F7365747570  # "ma_setup"
+# How long a command waits for another one to finish creating the checkpoint tables.
+SETUP_WAIT_SECONDS = 60.0
 
 
 def advisory_key(thread_id: str) -> int:
@@ -31,8 +34,27 @@ def advisory_key(thread_id: str) -> int:
     )
 
 
-def postgres_connect(uri: str, description: str) -> Any:
-    """An autocommit psycopg connection, or `UserError` naming the server without its password."""
+# Failures that mean the server's address or login is wrong (the user's to fix), not that it is down.
+_CONFIG_PROBLEMS = (
+    "password authentication failed",
+    "does not exist",
+    "no password supplied",
+    "could not translate host name",
+    "invalid",
+    "authentication",
+)
+
+
+def _reason(exc: Exception) -> str:
+    """The first informative line of a psycopg error, without its 'connection failed:' prefix."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    return first.removeprefix("connection failed: ").rstrip(".")
+
+
+def postgres_connect(uri: str, description: str, *, embedded: bool = False) -> Any:
+    """An autocommit psycopg connection; a bad address or login is a `UserError`, a server that does not
+    answer is `ServiceUnavailable`, each naming the server without its password."""
     try:
         return psycopg.Connection.connect(
             uri,
@@ -41,11 +63,24 @@ def postgres_connect(uri: str, description: str) -> Any:
             row_factory=dict_row,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
         )
-    except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    except psycopg.ProgrammingError as exc:  # not a connection string at all
         raise UserError(
-            f"cannot connect to PostgreSQL at {description}: {reason.rstrip('.')}; start one with "
-            "'docker compose up -d postgres', or unset POSTGRES_URL to use the embedded server"
+            f"POSTGRES_URL is not a PostgreSQL URL or key=value connection string ({description}): "
+            f"{_reason(exc)}; use postgresql://user:password@host:5432/database"
+        ) from None
+    except psycopg.OperationalError as exc:
+        reason = _reason(exc)
+        if embedded:
+            raise ServiceUnavailable(
+                f"the embedded PostgreSQL at {description} did not answer ({reason}); nothing was written: "
+                "run the command again, which starts it again ('market-analyst db status' shows it)"
+            ) from None
+        if any(problem in reason for problem in _CONFIG_PROBLEMS):
+            raise UserError(f"PostgreSQL at {description} refused the connection: {reason}") from None
+        raise ServiceUnavailable(
+            f"cannot connect to PostgreSQL at {description}: {reason}; nothing was written. Start it "
+            "('docker compose up -d postgres') and run the command again, or unset POSTGRES_URL to use "
+            "the embedded server"
         ) from None
 
 
@@ -56,14 +91,22 @@ class PostgresBackend:
     saver: Any
     uri: str
     description: str
+    embedded: bool = False
     outage_errors: tuple[type[BaseException], ...] = field(
         default=(psycopg.OperationalError, psycopg.InterfaceError)
     )
 
+    @property
+    def restart_hint(self) -> str:
+        """What brings the store back after it went away mid-command."""
+        if self.embedded:
+            return "the embedded PostgreSQL stopped; the next command starts it again"
+        return "when the server is back"
+
     @contextmanager
     def lease(self, thread_id: str) -> Iterator[None]:
         """Hold `pg_try_advisory_lock` on the thread's key, or raise `ThreadBusy` without waiting."""
-        conn = postgres_connect(self.uri, self.description)
+        conn = postgres_connect(self.uri, self.description, embedded=self.embedded)
         try:
             key = advisory_key(thread_id)
             with conn.cursor() as cur:
@@ -99,23 +142,61 @@ def _postgres_uri(settings: Settings) -> str:
     return embedded_postgres_uri(settings.postgres_dir)
 
 
+def _schema_current(conn: Any, saver: Any) -> bool:
+    """True when the saver's migrations have all been applied (read in one short statement)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('checkpoint_migrations') IS NOT NULL AS present")
+        row = cur.fetchone()
+        if not row or not row["present"]:
+            return False
+        cur.execute("SELECT max(v) AS v FROM checkpoint_migrations")
+        row = cur.fetchone()
+    return row is not None and row["v"] is not None and row["v"] >= len(saver.MIGRATIONS) - 1
+
+
+def _ensure_schema(conn: Any, saver: Any) -> None:
+    """Run the saver's migrations once, whatever the number of commands starting at once.
+
+    The migrations create indexes CONCURRENTLY, which waits for every transaction open in the
+    database. A process waiting in `pg_advisory_lock` is such a transaction, so waiting that way
+    deadlocks with the migrating process. Here the others poll `pg_try_advisory_lock` (a statement
+    that returns at once), holding nothing open between tries, and re-check once they hold the lock."""
+    if _schema_current(conn, saver):
+        return
+    deadline = time.monotonic() + SETUP_WAIT_SECONDS
+    pause = 0.02
+    with conn.cursor() as cur:
+        while True:
+            cur.execute("SELECT pg_try_advisory_lock(%s) AS locked", (_SETUP_LOCK_KEY,))
+            row = cur.fetchone()
+            if row and row["locked"]:
+                break
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable(
+                    f"another command has been creating the checkpoint tables for {SETUP_WAIT_SECONDS:g} s; "
+                    "nothing was written: run the command again"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        try:
+            if not _schema_current(conn, saver):
+                saver.setup()
+        finally:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
+
+
 @contextmanager
 def open_postgres(settings: Settings) -> Iterator[PostgresBackend]:
     """Connect, make sure the checkpoint tables exist, and yield the backend; close it afterwards."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
+    embedded = not settings.postgres_url
     uri = _postgres_uri(settings)
     description = redact_url(uri)
-    conn = postgres_connect(uri, description)
+    conn = postgres_connect(uri, description, embedded=embedded)
     try:
         saver = PostgresSaver(conn)
-        # setup() is idempotent, but two processes migrating a new database at once would collide.
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK_KEY,))
-            try:
-                saver.setup()
-            finally:
-                cur.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
-        yield PostgresBackend(saver=saver, uri=uri, description=description)
+        _ensure_schema(conn, saver)
+        yield PostgresBackend(saver=saver, uri=uri, description=description, embedded=embedded)
     finally:
         conn.close()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from market_analyst.errors import UserError
+from market_analyst.files import private_dir, private_tree
 from market_analyst.persistence.profile_fields import checked_changes, point_id_for
 from market_analyst.persistence.qdrant_profiles import COLLECTION, ProfileSession
 from market_analyst.settings import Settings
@@ -78,6 +79,8 @@ class ProfileStore:
     def _open_local(self) -> QdrantClient:
         from qdrant_client import QdrantClient
 
+        assert self.path is not None
+        private_dir(self.path, "the profile store")
         deadline = time.monotonic() + self._lock_wait_seconds
         while True:
             try:
@@ -115,6 +118,8 @@ class ProfileStore:
             raise
         finally:
             client.close()
+            if self.path is not None:
+                private_tree(self.path)  # qdrant-client creates its files with the umask's modes
 
     def get(self, user_id: str) -> Profile | None:
         """The profile stored for exactly `user_id`, or None."""

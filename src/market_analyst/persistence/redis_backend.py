@@ -22,7 +22,7 @@ from langgraph.checkpoint.redis import RedisSaver
 from langgraph.checkpoint.redis.shallow import ShallowRedisSaver
 from redis import exceptions as redis_errors
 
-from market_analyst.errors import ThreadBusy, UserError
+from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
@@ -115,6 +115,7 @@ class RedisBackend:
     lease_ttl_seconds: float
     fences: _Fences
     outage_errors: tuple[type[BaseException], ...] = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+    restart_hint: str = "when the server is back"
 
     @contextmanager
     def lease(self, thread_id: str) -> Iterator[None]:
@@ -206,8 +207,9 @@ def preflight(client: Any, description: str) -> None:
         ) from None
     except (ConnectionError, TimeoutError, OSError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(
-            f"cannot connect to Redis at {description}: {reason.rstrip('.')}; {START_HINT}"
+        raise ServiceUnavailable(
+            f"cannot connect to Redis at {description}: {reason.rstrip('.')}; nothing was written; "
+            + START_HINT
         ) from None
     except ResponseError as exc:  # NOAUTH and friends arrive as plain errors on some servers
         raise UserError(f"Redis at {description} refused the connection: {exc}") from None
@@ -257,7 +259,10 @@ def open_redis(settings: Settings) -> Iterator[RedisBackend]:
             health_check_interval=30,
         )
     except ValueError as exc:
-        raise UserError(f"REDIS_URL is not a Redis URL ({description}): {exc}") from None
+        reason = " ".join(str(exc).split())
+        raise UserError(
+            f"REDIS_URL is not a Redis URL ({description}): {reason}; use redis://[user:password@]host:6379/0"
+        ) from None
     try:
         preflight(client, description)
         fences = _Fences(client)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from market_analyst.deps import build_deps, check_analyst, open_checkpointer
-from market_analyst.errors import UserError
+from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.graph import build_graph
 from market_analyst.ports import CheckpointBackend, Deps
 from market_analyst.settings import Settings
@@ -66,10 +66,11 @@ def open_run(settings: Settings, thread_id: str | None = None, deps: Deps | None
                     yield run
         except backend.outage_errors as exc:
             detail = " ".join(str(exc).split())[:160] or type(exc).__name__
-            then = (
-                f"; when it is back, continue with 'market-analyst resume {thread_id}'" if thread_id else ""
-            )
-            raise UserError(f"lost the checkpointer at {backend.description} ({detail}){then}") from None
+            then = f"; continue with 'market-analyst resume {thread_id}'" if thread_id else ""
+            raise ServiceUnavailable(
+                f"lost the checkpointer at {backend.description} ({detail}); nothing that finished was lost: "
+                f"{backend.restart_hint}{then}"
+            ) from None
 
 
 def _user(settings: Settings, user: str | None) -> str:

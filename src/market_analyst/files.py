@@ -1,0 +1,63 @@
+"""Owner-only files and directories: what the stores create is readable by its owner alone (0700
+directories, 0600 files) whatever the umask, and a path that cannot be used is one clear line."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from market_analyst.errors import UserError
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """The nearest ancestor (or `path` itself) that exists and is not a directory."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def private_dir(path: Path, what: str) -> Path:
+    """Make sure `path` is a directory, creating it and any missing parents owner-only (0700).
+
+    A directory that already exists keeps its mode: the user chose it. `what` names the setting or
+    store in the error (e.g. "MA_DATA_DIR", "the archive")."""
+    if path.is_dir():
+        return path
+    blocker = _blocking_file(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"lies under a file ({blocker})"
+        raise UserError(f"{what} {path} {where}, not a directory: point it at a directory")
+    missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
+    for directory in missing:
+        try:
+            directory.mkdir(mode=DIR_MODE)
+            os.chmod(directory, DIR_MODE)  # mkdir's mode passes through the umask; this does not
+        except FileExistsError:
+            continue  # another process created it meanwhile
+        except OSError as exc:
+            raise UserError(f"cannot create {what} {path}: {exc.strerror or exc}") from None
+    if not path.is_dir():
+        raise UserError(f"{what} {path} is not a directory")
+    return path
+
+
+def private_file(path: Path) -> None:
+    """Make an existing file owner-only (0600); a file that vanished meanwhile is left alone."""
+    try:
+        os.chmod(path, FILE_MODE)
+    except FileNotFoundError:
+        pass
+
+
+def private_tree(root: Path) -> None:
+    """Make everything below `root` owner-only: what a library created with its own modes."""
+    for path in root.rglob("*"):
+        if path.is_symlink():
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path, DIR_MODE if path.is_dir() else FILE_MODE)
