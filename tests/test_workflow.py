@@ -137,6 +137,7 @@ def test_interrupt_is_compiled_into_the_real_graph():
         "analyze",
         "draft_report",
         "publish",
+        "tools",  # the LLM analyst's tool calls, between its turns of analyze
     ]
     assert graph.interrupt_before_nodes == ["publish"]
 

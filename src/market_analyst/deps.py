@@ -8,6 +8,8 @@ This is the one door to the adapters (`persistence`, `services`): the import con
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from market_analyst.errors import UserError
 from market_analyst.persistence.archive import ReportArchive
 from market_analyst.persistence.checkpointers import (
@@ -16,7 +18,7 @@ from market_analyst.persistence.checkpointers import (
     stop_embedded_server,
 )
 from market_analyst.persistence.profiles import ProfileStore
-from market_analyst.ports import Analyst, Deps, MarketDataProvider
+from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "open_archive",
     "open_checkpointer",
     "open_market_data",
+    "open_model",
     "open_profiles",
     "stop_embedded_server",
 ]
@@ -39,20 +42,28 @@ def check_analyst(settings: Settings) -> None:
 
 
 def open_analyst(settings: Settings) -> Analyst:
-    """The LLM analyst when the settings choose it (or `OPENAI_API_KEY` is set), else the rules.
+    """The built-in rules: the whole analysis, or the baseline the LLM analyst is given."""
+    from market_analyst.analyst.rules import RulesAnalyst
 
-    Opens nothing: commands that only read a thread never touch the analyst, so they do not need
-    its key; the commands that run it check first (`check_analyst`)."""
+    return RulesAnalyst()
+
+
+def open_model(settings: Settings, notify: Callable[[str], None] | None = None) -> ChatModel | None:
+    """The chat model when the settings choose the LLM analyst (or `OPENAI_API_KEY` is set), else None.
+
+    Opens nothing: commands that only read a thread never touch the model, so they do not need its
+    key; the commands that run it check first (`check_analyst`)."""
     if not settings.uses_llm:
-        from market_analyst.analyst.rules import RulesAnalyst
-
-        return RulesAnalyst()
+        return None
     from market_analyst.analyst.llm import LLMAnalyst
 
     return LLMAnalyst(
         model=settings.openai_model,
         api_key=settings.secret("openai_api_key") or "",
         base_url=settings.openai_base_url,
+        timeout=settings.llm_timeout,
+        attempts=settings.llm_attempts,
+        notify=notify,
     )
 
 
@@ -83,11 +94,14 @@ def open_profiles(settings: Settings) -> ProfileStore:
     return ProfileStore.from_settings(settings)
 
 
-def build_deps(settings: Settings) -> Deps:
-    """The dependencies `settings` describe. Opens nothing until a node uses it."""
+def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) -> Deps:
+    """The dependencies `settings` describe. Opens nothing until a node uses it; `notify` hears what a
+    long step is waiting for (a model that does not answer at once)."""
     return Deps(
         market_data=open_market_data(settings),
         profiles=open_profiles(settings),
         archive=open_archive(settings),
         analyst=open_analyst(settings),
+        model=open_model(settings, notify),
+        max_steps=settings.llm_max_steps,
     )

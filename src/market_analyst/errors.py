@@ -31,3 +31,21 @@ class ThreadBusy(UserError):
             f"thread {thread_id} is busy: another command is advancing it; try again when it ends"
         )
         self.thread_id = thread_id
+
+
+class RunStopped(Exception):
+    """A run that exists stopped on an error: says where the thread stands and how to go on.
+
+    The exit code is the cause's (2 for bad input, 69 for a service that is unavailable, 1 for a bug)."""
+
+    def __init__(self, thread_id: str, status: str, cause: BaseException, how_to_continue: str) -> None:
+        self.thread_id = thread_id
+        self.status = status
+        self.cause = cause
+        self.exit_code = getattr(cause, "exit_code", 1)
+        reason = (
+            str(cause)
+            if isinstance(cause, UserError | ServiceUnavailable)
+            else (f"internal error: {type(cause).__name__}: {cause}")
+        )
+        super().__init__(f"{reason}; thread {thread_id} is {status.replace('_', ' ')}: {how_to_continue}")

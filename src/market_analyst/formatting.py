@@ -16,6 +16,21 @@ def pct(value: Any) -> str:
     return "n/a" if value is None else f"{float(value) * 100:.1f}%"
 
 
+def price(value: Any) -> str:
+    """A price or a moving average with two decimals ("138.85"), or "n/a"."""
+    return "n/a" if value is None else f"{float(value):.2f}"
+
+
+def one_decimal(value: Any) -> str:
+    """An index such as RSI with one decimal ("56.6"), or "n/a"."""
+    return "n/a" if value is None else f"{float(value):.1f}"
+
+
+def two_decimals(value: Any) -> str:
+    """A ratio such as beta with two decimals ("1.35"), or "n/a"."""
+    return "n/a" if value is None else f"{float(value):.2f}"
+
+
 # C0 and C1 control characters and DEL, except line feed and tab: a terminal would act on them.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

@@ -18,15 +18,19 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
+from market_analyst.nodes.agent import next_step
 from market_analyst.nodes.analyze import analyze
 from market_analyst.nodes.draft_report import draft_report
 from market_analyst.nodes.fetch_market_data import fetch_market_data
 from market_analyst.nodes.load_profile import load_profile
 from market_analyst.nodes.publish import publish
+from market_analyst.nodes.tools import tool_node
 from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
+# The main line, in order; `tools` runs only for the LLM analyst, between its turns of `analyze`.
 NODES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publish")
+TOOLS = "tools"
 GATE = "publish"
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "load_profile": load_profile,
@@ -75,10 +79,14 @@ def build_graph(
         for wrapper in wrappers:
             node = wrapper(name, node)
         builder.add_node(name, node)
-    builder.add_edge(START, NODES[0])
-    for before, after in zip(NODES, NODES[1:], strict=False):
-        builder.add_edge(before, after)
-    builder.add_edge(NODES[-1], END)
+    builder.add_node(TOOLS, tool_node())
+    builder.add_edge(START, "load_profile")
+    builder.add_edge("load_profile", "fetch_market_data")
+    builder.add_edge("fetch_market_data", "analyze")
+    builder.add_conditional_edges("analyze", next_step, ["draft_report", TOOLS, "analyze"])
+    builder.add_edge(TOOLS, "analyze")
+    builder.add_edge("draft_report", GATE)
+    builder.add_edge(GATE, END)
     return builder.compile(checkpointer=checkpointer, interrupt_before=[GATE])
 
 

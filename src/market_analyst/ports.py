@@ -49,6 +49,16 @@ class Analyst(Protocol):
         ...
 
 
+class ChatModel(Protocol):
+    """One turn of a chat model that can call tools (the LLM analyst's agent loop)."""
+
+    name: str
+
+    def respond(self, messages: list[Any], tools: list[Any], *, answer_now: bool) -> Any:
+        """The model's next message given the conversation; with `answer_now` it must submit its answer."""
+        ...
+
+
 @dataclass(frozen=True)
 class PublishResult:
     """The stored document and whether this call wrote it (False: it already existed)."""
@@ -84,7 +94,9 @@ class Deps:
     market_data: MarketDataProvider
     profiles: ProfileReader
     archive: ArchiveWriter
-    analyst: Analyst
+    analyst: Analyst  # the built-in rules: the whole analysis, or the LLM analyst's baseline
+    model: ChatModel | None = None  # set: the LLM analyst, an agent loop of model turns and tool calls
+    max_steps: int = 6  # model turns the agent may take before it must answer
 
 
 class CheckpointBackend(Protocol):

@@ -48,6 +48,9 @@ VARIABLES: dict[str, str] = {
     "OPENAI_API_KEY": "",
     "OPENAI_BASE_URL": "",
     "MA_OPENAI_MODEL": "gpt-4o-mini",
+    "MA_LLM_TIMEOUT": "60",
+    "MA_LLM_ATTEMPTS": "3",
+    "MA_LLM_MAX_STEPS": "6",
     "MA_DEBUG": "false",
 }
 # The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
@@ -117,6 +120,11 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = _var("OPENAI_API_KEY")
     openai_base_url: str | None = _var("OPENAI_BASE_URL")
     openai_model: str = _var("MA_OPENAI_MODEL")
+    llm_timeout: float = Field(
+        default=60.0, gt=0, le=3600, allow_inf_nan=False, validation_alias="MA_LLM_TIMEOUT"
+    )
+    llm_attempts: int = Field(default=3, ge=1, le=10, validation_alias="MA_LLM_ATTEMPTS")
+    llm_max_steps: int = Field(default=6, ge=1, le=30, validation_alias="MA_LLM_MAX_STEPS")
     debug: bool = _var("MA_DEBUG")
 
     @field_validator("checkpointer", "durability", "market_data", "analyst", mode="before")

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing_extensions import TypedDict
 
 from market_analyst.choices import Horizon, RiskTolerance
 from market_analyst.errors import UserError
@@ -145,7 +148,10 @@ class Draft(BaseModel):
     as_of: str
     analyst: dict[str, str]
     profile: dict[str, Any]
+    options: dict[str, str] = Field(default_factory=dict)  # choices made with `revise` for this thread
     feedback: list[str]
+    feedback_notes: list[dict[str, Any]] = Field(default_factory=list)  # per item: what the analyst did
+    facts: list[str] = Field(default_factory=list)  # what the analyst was given and found, one per line
     markdown: str
 
 
@@ -158,15 +164,21 @@ class Publication(BaseModel):
 
 
 class AnalystState(TypedDict, total=False):
-    """The graph state: small, plain, and free of raw price series."""
+    """The graph state: small, plain, and free of raw price series.
+
+    A `typing_extensions.TypedDict`: on Python 3.11 LangGraph (through pydantic) can describe only
+    that kind as an input schema (`get_input_jsonschema`, LangGraph server and Studio)."""
 
     ticker: str
     question: str
     user_id: str
-    profile: dict[str, Any]  # ProfileUsed
+    profile: dict[str, Any]  # ProfileUsed: the stored profile (or the defaults) as load_profile read it
+    overrides: dict[str, str]  # risk_tolerance / horizon chosen for this thread with `revise`
     market: dict[str, Any]  # figures, as_of, data_source
-    analysis: dict[str, Any]  # recommendation, confidence, score, risk factors, analyst
+    analysis: dict[str, Any] | None  # recommendation, confidence, score, risk factors, analyst, facts
     feedback: list[str]
+    messages: Annotated[list[AnyMessage], add_messages]  # the LLM analyst's turns for this revision
+    agent_steps: int  # model turns the LLM analyst took for this revision
     draft: dict[str, Any]  # Draft
     approval: dict[str, Any] | None  # Approval
     publication: dict[str, Any] | None  # Publication

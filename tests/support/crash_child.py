@@ -6,6 +6,8 @@ Kill points:
   after-archive-write   inside `publish`, after the archive holds the document, before the checkpoint
   before:NODE           as NODE starts (in `sync` mode its predecessor's checkpoint is written)
   after:NODE            as NODE returns, before its writes are checkpointed
+  before:NODE#N         the Nth time NODE starts in this process (the LLM analyst's loop runs
+                        `analyze` once a model turn); likewise after:NODE#N
   at:SECONDS            a timer fires after SECONDS, wherever the run is
   pause-before:NODE:DIR not a kill: as NODE starts, create DIR/reached and wait for DIR/go
                         (the test stops the database in between)
@@ -37,8 +39,9 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _around(target: str, before: Callable[[], None], after: Callable[[], None]) -> None:
-    """Call `before` as node `target` starts and `after` as it returns."""
+def _around(target: str, before: Callable[[], None], after: Callable[[], None], occurrence: int = 1) -> None:
+    """Call `before` as node `target` starts and `after` as it returns, the `occurrence`th time it runs."""
+    runs = 0
 
     def wrapper(name: str, node: Callable[..., Any]) -> Callable[..., Any]:
         if name != target:
@@ -46,9 +49,14 @@ def _around(target: str, before: Callable[[], None], after: Callable[[], None]) 
 
         @functools.wraps(node)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            before()
+            nonlocal runs
+            runs += 1
+            armed = runs == occurrence
+            if armed:
+                before()
             result = node(*args, **kwargs)
-            after()
+            if armed:
+                after()
             return result
 
         return wrapped
@@ -115,9 +123,11 @@ def install(kill_point: str) -> None:
         node, _, directory = arg.partition(":")
         _around(node, lambda: _pause(directory), lambda: None)
         return
-    if kind in ("before", "after") and arg in NODES:
+    node, _, nth = arg.partition("#")
+    if kind in ("before", "after") and node in NODES:
         nothing: Callable[[], None] = lambda: None  # noqa: E731
-        _around(arg, _die if kind == "before" else nothing, _die if kind == "after" else nothing)
+        before, after = (_die, nothing) if kind == "before" else (nothing, _die)
+        _around(node, before, after, int(nth or 1))
         return
     if kind == "at":
         timer = threading.Timer(float(arg), _die)

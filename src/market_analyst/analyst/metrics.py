@@ -89,17 +89,37 @@ def distance_from_range(closes: Sequence[float], window: int = TRADING_DAYS) -> 
     return price / max(recent) - 1.0, price / min(recent) - 1.0
 
 
+# The benchmark must reach this close to the ticker's as-of date (in the ticker's trading days) for a
+# comparison over the ticker's last year to mean anything.
+BENCHMARK_REACH_DAYS = 5
+BENCHMARK_NAME = "S&P 500"
+
+
+def benchmark_gap(asset: PriceHistory, benchmark: PriceHistory) -> str | None:
+    """Why comparing `asset` with `benchmark` over the asset's last year would mislead, or None when it
+    would not: the benchmark must reach within `BENCHMARK_REACH_DAYS` trading days of the as-of date."""
+    reach_from = asset.dates[max(0, len(asset.dates) - 1 - BENCHMARK_REACH_DAYS)]
+    if benchmark.as_of < reach_from:
+        return (
+            f"the {BENCHMARK_NAME} series ends {benchmark.as_of}, before {asset.ticker}'s last year "
+            f"(to {asset.as_of})"
+        )
+    return None
+
+
 def beta_and_relative_return(
     asset: PriceHistory, benchmark: PriceHistory, window: int = TRADING_DAYS
 ) -> dict[str, float | str] | None:
-    """Beta and return relative to `benchmark` over the last `window` days both series share.
+    """Beta and return relative to `benchmark` over the asset's last `window` trading days, on the dates
+    both series share there. None when they share fewer than 21 days (see also `benchmark_gap`).
 
-    Returns None when they share fewer than 20 days. Beta = cov(a, b) / var(b) of daily log
-    returns on common dates; relative return = asset return - benchmark return over the window.
-    """
+    Beta = cov(a, b) / var(b) of daily log returns on common dates; relative return = asset return -
+    benchmark return over the window."""
+    start = asset.dates[max(0, len(asset.dates) - 1 - window)]
     bench = dict(zip(benchmark.dates, benchmark.closes, strict=True))
-    common = [(d, c, bench[d]) for d, c in zip(asset.dates, asset.closes, strict=True) if d in bench]
-    common = common[-(window + 1) :]
+    common = [
+        (d, c, bench[d]) for d, c in zip(asset.dates, asset.closes, strict=True) if d >= start and d in bench
+    ]
     if len(common) < 21:
         return None
     a = daily_log_returns([c for _, c, _ in common])
@@ -118,12 +138,41 @@ def beta_and_relative_return(
     }
 
 
+def benchmark_figures(
+    history: PriceHistory, benchmark: PriceHistory | None, missing: str
+) -> tuple[dict[str, object] | None, str | None]:
+    """(the benchmark comparison, None) when it means something, else (None, why there is none).
+    `missing` says why when there is no benchmark series at all."""
+    if benchmark is None:
+        return None, missing
+    gap = benchmark_gap(history, benchmark)
+    if gap is not None:
+        return None, gap
+    relative = beta_and_relative_return(history, benchmark)
+    if relative is None:
+        return (
+            None,
+            f"the {BENCHMARK_NAME} series shares fewer than 21 days with {history.ticker}'s last year",
+        )
+    return {
+        "symbol": benchmark.ticker,
+        "beta": _round(float(relative["beta"]), 4),
+        "relative_return": _round(float(relative["relative_return"])),
+        "benchmark_return": _round(float(relative["benchmark_return"])),
+        "window_start": relative["window_start"],
+        "window_end": relative["window_end"],
+    }, None
+
+
 def _round(value: float | None, places: int = 6) -> float | None:
     return None if value is None else round(value, places)
 
 
-def compute_metrics(history: PriceHistory, benchmark: PriceHistory | None) -> dict[str, object]:
-    """Every figure a report may cite, rounded to fixed places so reports compare byte for byte."""
+def compute_metrics(
+    history: PriceHistory, benchmark: PriceHistory | None, missing: str = "no S&P 500 series was found"
+) -> dict[str, object]:
+    """Every figure a report may cite, rounded to fixed places so reports compare byte for byte.
+    A benchmark comparison is there only when it means something; `benchmark_note` says why not."""
     closes = history.closes
     price = closes[-1]
     sma50 = simple_moving_average(closes, 50)
@@ -142,16 +191,5 @@ def compute_metrics(history: PriceHistory, benchmark: PriceHistory | None) -> di
         "from_52w_low": _round(from_low),
         "observations": len(closes),
     }
-    relative = beta_and_relative_return(history, benchmark) if benchmark is not None else None
-    if relative is None:
-        figures["benchmark"] = None
-    else:
-        figures["benchmark"] = {
-            "symbol": benchmark.ticker if benchmark else None,
-            "beta": _round(float(relative["beta"]), 4),
-            "relative_return": _round(float(relative["relative_return"])),
-            "benchmark_return": _round(float(relative["benchmark_return"])),
-            "window_start": relative["window_start"],
-            "window_end": relative["window_end"],
-        }
+    figures["benchmark"], figures["benchmark_note"] = benchmark_figures(history, benchmark, missing)
     return figures

@@ -21,7 +21,7 @@ from typer._click.exceptions import ClickException, UsageError
 
 from market_analyst.cli import db, profile, reports, runs
 from market_analyst.cli.output import guard_output
-from market_analyst.errors import USER_ERROR_EXIT, ServiceUnavailable, UserError
+from market_analyst.errors import USER_ERROR_EXIT, RunStopped, ServiceUnavailable, UserError
 
 app = typer.Typer(
     name="market-analyst",
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(_usage_line(exc), USER_ERROR_EXIT, debug)
     except ClickException as exc:
         _fail(f"error: {_one_line(exc.format_message())}", exc.exit_code or USER_ERROR_EXIT, debug)
-    except (UserError, ServiceUnavailable) as exc:
+    except (UserError, ServiceUnavailable, RunStopped) as exc:
         _fail(f"error: {_one_line(str(exc))}", exc.exit_code, debug)
     except KeyboardInterrupt:
         _fail("error: interrupted", 130, debug)

@@ -32,11 +32,12 @@ def emit_json(data: Any) -> None:
 
 
 def progress_printer() -> Any:
-    """A progress callback that names each finished node on a terminal, and stays quiet otherwise."""
+    """A progress callback for a terminal (each finished node, what a long step waits for), and
+    nothing otherwise."""
     if not sys.stderr.isatty():
         return None
 
-    def show(node: str) -> None:
-        print(f"  done: {node}", file=sys.stderr)
+    def show(event: str) -> None:
+        print(f"  {event}", file=sys.stderr)
 
     return show

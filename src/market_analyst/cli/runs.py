@@ -3,87 +3,17 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import typer
 
-from market_analyst.choices import CheckpointerKind, Durability, MarketDataKind
+from market_analyst.choices import CheckpointerKind, Durability, Horizon, MarketDataKind, RiskTolerance
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings, progress_printer
-from market_analyst.formatting import pct, signed_pct
+from market_analyst.cli.render import draft_json, render_revision, render_view, show, stops_as_json
 
 DURABILITY_HELP = "When checkpoints are written: sync (default), async or exit. Env: MA_DURABILITY."
 CHECKPOINTER_HELP = "postgres (default) or redis. Env: MA_CHECKPOINTER."
 DATA_HELP = "Market data: snapshot (default), csv or yfinance. Env: MA_MARKET_DATA."
 USER_HELP = "Whose profile and name to use (scoping for a local tool, not authentication). Env: MA_USER."
-
-
-def _draft_json(view: Any) -> dict[str, Any]:
-    data = view.to_json()
-    draft = view.draft or {}
-    data["pending_node"] = view.next[0] if view.next else None
-    for field in ("draft_id", "recommendation", "confidence", "figures", "as_of", "data_source", "headline"):
-        data[field] = draft.get(field)
-    data["profile"] = (draft.get("profile") or {}).get("statement")
-    return data
-
-
-def _render_draft(view: Any) -> None:
-    d = view.draft or {}
-    f = d.get("figures") or {}
-    print(f"  {d.get('headline')}")
-    print(f"  Recommendation: {str(d.get('recommendation')).upper()}, confidence {d.get('confidence'):.2f}")
-    print(
-        f"  Returns 1M {signed_pct(f.get('return_1m'))}, 3M {signed_pct(f.get('return_3m'))}, "
-        f"6M {signed_pct(f.get('return_6m'))}, "
-        f"1Y {signed_pct(f.get('return_1y'))}; volatility {pct(f.get('volatility_1y'))}, "
-        f"max drawdown {pct(f.get('max_drawdown_1y'))}; RSI(14) {f.get('rsi_14')}; "
-        f"trend {f.get('trend')}"
-    )
-    print(f"  Data: {d.get('data_source')}")
-    print(f"  Profile: {(d.get('profile') or {}).get('statement')}")
-    analyst = d.get("analyst") or {}
-    print(f"  Analyst: {analyst.get('name')} (version {analyst.get('version')})")
-
-
-def _render_view(view: Any) -> None:
-    print(
-        f"Thread {view.thread_id}: {view.status.replace('_', ' ')}"
-        + (f" ({view.ticker})" if view.ticker else "")
-    )
-    if view.next:
-        print(f"  Next node: {', '.join(view.next)}")
-    if view.draft:
-        _render_draft(view)
-    if view.approval:
-        a = view.approval
-        print(
-            f"  Decision: {a['decision']} by {a['by']} at {a['at']}"
-            + (f": {a['note']}" if a.get("note") else "")
-        )
-    if view.publication:
-        print(f"  Archive key: {view.publication['key']}")
-    _render_next_steps(view)
-
-
-def _show(view: Any, json_output: bool) -> None:
-    """Print a run's view: the draft's JSON object, or the text rendering."""
-    if json_output:
-        emit_json(_draft_json(view))
-    else:
-        _render_view(view)
-
-
-def _render_next_steps(view: Any) -> None:
-    t = view.thread_id
-    if view.status == "awaiting_approval":
-        print("Next:")
-        print(f"  approve: market-analyst approve {t}")
-        print(f"  reject:  market-analyst reject {t} --reason '...'")
-        print(f"  revise:  market-analyst revise {t} --feedback '...'")
-    elif view.status in ("in_progress", "approved_pending_publish"):
-        print(f"Next: market-analyst resume {t}")
-    elif view.status == "published" and view.publication:
-        print(f"Report: market-analyst reports show {view.publication['key']}")
 
 
 def analyze(
@@ -100,15 +30,16 @@ def analyze(
     from market_analyst.workflow import start_analysis
 
     settings = load_settings(durability=durability, checkpointer=checkpointer, market_data=data)
-    view = start_analysis(
-        settings,
-        ticker,
-        question=question,
-        user=user,
-        thread_id=thread_id,
-        progress=None if json_output else progress_printer(),
-    )
-    _show(view, json_output)
+    with stops_as_json(json_output):
+        view = start_analysis(
+            settings,
+            ticker,
+            question=question,
+            user=user,
+            thread_id=thread_id,
+            progress=None if json_output else progress_printer(),
+        )
+    show(view, json_output)
 
 
 def approve(
@@ -123,7 +54,8 @@ def approve(
     from market_analyst.workflow import approve_thread
 
     settings = load_settings(durability=durability, checkpointer=checkpointer)
-    view = approve_thread(settings, thread_id, user=user, note=note, progress=progress_printer())
+    with stops_as_json(json_output):
+        view = approve_thread(settings, thread_id, user=user, note=note, progress=progress_printer())
     if json_output:
         emit_json(view.to_json())
     else:
@@ -142,7 +74,8 @@ def reject(
     """Reject the thread's draft: the run ends and nothing is published."""
     from market_analyst.workflow import reject_thread
 
-    view = reject_thread(load_settings(checkpointer=checkpointer), thread_id, reason=reason, user=user)
+    with stops_as_json(json_output):
+        view = reject_thread(load_settings(checkpointer=checkpointer), thread_id, reason=reason, user=user)
     if json_output:
         emit_json(view.to_json())
     else:
@@ -151,20 +84,35 @@ def reject(
 
 def revise(
     thread_id: str = typer.Argument(..., help="The thread to revise."),
-    feedback: str = typer.Option(..., "--feedback", help="What the next draft should address (required)."),
+    feedback: str = typer.Option(None, "--feedback", help="What the next draft should address."),
+    question: str = typer.Option(None, "--question", "-q", help="A new question for this thread's report."),
+    risk_tolerance: RiskTolerance | None = typer.Option(
+        None, "--risk-tolerance", help="Analyse this thread as conservative, moderate or aggressive."
+    ),
+    horizon: Horizon | None = typer.Option(
+        None, "--horizon", help="Analyse this thread for a short, medium or long horizon."
+    ),
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Send feedback, draft again, and stop at the approval gate again."""
+    """Analyse again with feedback (and options for this thread only), and stop at the gate again."""
     from market_analyst.workflow import revise_thread
 
-    view = revise_thread(
-        load_settings(checkpointer=checkpointer),
-        thread_id,
-        feedback=feedback,
-        progress=None if json_output else progress_printer(),
-    )
-    _show(view, json_output)
+    with stops_as_json(json_output):
+        view = revise_thread(
+            load_settings(checkpointer=checkpointer),
+            thread_id,
+            feedback=feedback,
+            question=question,
+            risk_tolerance=risk_tolerance,
+            horizon=horizon,
+            progress=None if json_output else progress_printer(),
+        )
+    if json_output:
+        emit_json(draft_json(view))
+    else:
+        render_revision(view)
+        render_view(view)
 
 
 def resume(
@@ -177,12 +125,13 @@ def resume(
     from market_analyst.workflow import resume_thread
 
     settings = load_settings(durability=durability, checkpointer=checkpointer)
-    view = resume_thread(settings, thread_id, progress=None if json_output else progress_printer())
+    with stops_as_json(json_output):
+        view = resume_thread(settings, thread_id, progress=None if json_output else progress_printer())
     if json_output:
-        emit_json(_draft_json(view))
+        emit_json(draft_json(view))
     else:
         print(f"{view.message.capitalize()}.")
-        _render_view(view)
+        render_view(view)
 
 
 def status(
@@ -194,7 +143,7 @@ def status(
     from market_analyst.workflow import thread_status
 
     view = thread_status(load_settings(checkpointer=checkpointer), thread_id)
-    _show(view, json_output)
+    show(view, json_output)
 
 
 def threads(
@@ -207,7 +156,7 @@ def threads(
 
     views = list_threads(load_settings(checkpointer=checkpointer), pending_only=pending)
     if json_output:
-        emit_json([_draft_json(v) for v in views])
+        emit_json([draft_json(v) for v in views])
         return
     if not views:
         print("No threads" + (" wait for approval." if pending else "."), file=sys.stderr)

@@ -1,4 +1,9 @@
-"""analyze: apply the analyst to the figures and the profile."""
+"""analyze: the analyst's judgement of the figures for the profile (and any reviewer feedback).
+
+With the built-in rules this is one step. With the LLM analyst it is one model turn of an agent loop
+(`nodes/agent.py`): the graph comes back here after each tool call until the model submits an
+answer that every number of which the facts support.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,33 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from market_analyst.analyst.grounding import figure_facts
+from market_analyst.nodes.agent import agent_turn
 from market_analyst.ports import Deps
-from market_analyst.state import AnalystState, ProfileUsed
+from market_analyst.state import AnalystState, Profile, ProfileUsed
+
+NOT_ACTED = (
+    "the built-in rules compute the same figures; use the LLM analyst or the revise options "
+    "(--question, --risk-tolerance, --horizon)"
+)
+
+
+def profile_for_run(state: AnalystState) -> Profile:
+    """The profile the analysis uses: the one read at the start, with this thread's revise options."""
+    profile = ProfileUsed.model_validate(state["profile"]).profile
+    return profile.model_copy(update=dict(state.get("overrides") or {}))
 
 
 def analyze(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """The analyst's judgement of the figures for the profile in the state (and any feedback)."""
-    profile = ProfileUsed.model_validate(state["profile"]).profile
-    figures = state["market"]["figures"]
+    """One step of analysis: the rules' whole judgement, or one turn of the LLM analyst."""
+    deps = runtime.context
+    profile = profile_for_run(state)
     feedback = list(state.get("feedback") or [])
-    return {"analysis": runtime.context.analyst.analyse(state["ticker"], figures, profile, feedback)}
+    if deps.model is not None:
+        return agent_turn(state, deps, profile)
+    analysis = deps.analyst.analyse(state["ticker"], state["market"]["figures"], profile, feedback)
+    analysis["facts"] = figure_facts(state["market"]["figures"], state["market"]["as_of"])
+    analysis["feedback_notes"] = [
+        {"feedback": item, "response": NOT_ACTED, "acted": False} for item in feedback
+    ]
+    return {"analysis": analysis}

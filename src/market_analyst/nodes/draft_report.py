@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from market_analyst.formatting import pct, signed_pct
+from market_analyst.formatting import pct, price, signed_pct
 from market_analyst.rendering import profile_statement, render_markdown
 from market_analyst.state import AnalystState, Draft, ProfileUsed
 
@@ -19,19 +19,20 @@ def draft_id_for(content: dict[str, Any]) -> str:
 
 def draft_report(state: AnalystState) -> dict[str, Any]:
     """Assemble the draft. No clock is read here: the same inputs give the same draft, byte for byte."""
-    market, analysis = state["market"], state["analysis"]
+    market, analysis = state["market"], state.get("analysis")
+    assert analysis is not None, "draft_report runs only after an analysis"
     figures = market["figures"]
     used = ProfileUsed.model_validate(state["profile"])
     previous = state.get("draft") or {}
     recommendation = analysis["recommendation"]
     one_year = figures.get("return_1y")
     headline = (
-        f"{state['ticker']}: {recommendation.upper()} at {figures['price']} "
+        f"{state['ticker']}: {recommendation.upper()} at {price(figures['price'])} "
         f"(1Y {signed_pct(one_year)}, volatility {pct(figures['volatility_1y'])}), {market['data_source']}"
     )
     # The rules analyst leaves the prose to this node; the LLM analyst writes its own summary.
     summary = analysis.get("summary") or (
-        f"{state['ticker']} closed at {figures['price']} on {market['as_of']}. "
+        f"{state['ticker']} closed at {price(figures['price'])} on {market['as_of']}. "
         f"Over one year it returned {signed_pct(one_year)} with annualised volatility of "
         f"{pct(figures['volatility_1y'])} and a largest fall of "
         f"{pct(figures['max_drawdown_1y'])}; "
@@ -53,7 +54,10 @@ def draft_report(state: AnalystState) -> dict[str, Any]:
         "as_of": market["as_of"],
         "analyst": analysis["analyst"],
         "profile": {**used.model_dump(mode="json"), "statement": profile_statement(used)},
+        "options": dict(state.get("overrides") or {}),
         "feedback": list(state.get("feedback") or []),
+        "feedback_notes": list(analysis.get("feedback_notes") or []),
+        "facts": list(analysis.get("facts") or []),
     }
     content["draft_id"] = draft_id_for({**content, "user_id": state.get("user_id")})
     content["markdown"] = render_markdown(content)

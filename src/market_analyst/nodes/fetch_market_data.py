@@ -18,15 +18,15 @@ def fetch_market_data(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, 
     market_data = runtime.context.market_data
     ticker = state["ticker"]
     history = market_data.load(ticker)
-    benchmark = None
+    benchmark, missing = None, f"{ticker} is the S&P 500 itself"
     if ticker != BENCHMARK:
         try:
             benchmark = market_data.load(BENCHMARK)
         except UserError:
-            benchmark = None  # the report then says no benchmark comparison was possible
+            missing = f"the data source has no S&P 500 series ({BENCHMARK})"
     return {
         "market": {
-            "figures": compute_metrics(history, benchmark),
+            "figures": compute_metrics(history, benchmark, missing),
             "as_of": history.as_of,
             "first_day": history.dates[0],
             "data_source": market_data.describe(history.as_of),

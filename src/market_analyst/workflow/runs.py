@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from market_analyst.deps import build_deps, check_analyst, open_checkpointer
-from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.errors import RunStopped, ServiceUnavailable, UserError
 from market_analyst.graph import build_graph
 from market_analyst.ports import CheckpointBackend, Deps
 from market_analyst.settings import Settings
@@ -49,16 +49,20 @@ class Run:
 
 
 @contextmanager
-def open_run(settings: Settings, thread_id: str | None = None, deps: Deps | None = None) -> Iterator[Run]:
+def open_run(
+    settings: Settings,
+    thread_id: str | None = None,
+    deps: Deps | None = None,
+    progress: Progress | None = None,
+) -> Iterator[Run]:
     """The graph over an open checkpointer, holding the thread's lease if one is named.
 
-    A checkpointer that goes away mid-command becomes one clear `UserError`: what finished before
+    A checkpointer that goes away mid-command becomes one `ServiceUnavailable`: what finished before
     the last checkpoint is kept, and `resume` continues from there once the server is back."""
     with open_checkpointer(settings) as backend:
         try:
-            run = Run(
-                build_graph(checkpointer=backend.saver), deps or build_deps(settings), settings, backend
-            )
+            deps = deps or build_deps(settings, progress)
+            run = Run(build_graph(checkpointer=backend.saver), deps, settings, backend)
             if thread_id is None:
                 yield run
             else:
@@ -71,6 +75,37 @@ def open_run(settings: Settings, thread_id: str | None = None, deps: Deps | None
                 f"lost the checkpointer at {backend.description} ({detail}); nothing that finished was lost: "
                 f"{backend.restart_hint}{then}"
             ) from None
+
+
+def advance(
+    run: Run, inputs: Any, thread_id: str, progress: Progress | None, *, ticker: str = "TICKER"
+) -> None:
+    """`run.advance`, but a failure once the thread may exist says where it stands and what continues it
+    (a store that went away is left to `open_run`, which says so)."""
+    try:
+        run.advance(inputs, thread_id, progress)
+    except run.backend.outage_errors:
+        raise
+    except Exception as exc:
+        try:
+            view = view_of(run.graph, thread_id)
+        except Exception:  # the store is in doubt too: say what is certain
+            view = None
+        if view is None:
+            raise RunStopped(
+                thread_id,
+                "unknown",
+                exc,
+                f"nothing was saved; start it again with "
+                f"'market-analyst analyze {ticker} --thread-id {thread_id}'",
+            ) from exc
+        where = f" (next: {', '.join(view.next)})" if view.next else ""
+        raise RunStopped(
+            thread_id,
+            view.status,
+            exc,
+            f"nothing that finished was lost{where}; continue with 'market-analyst resume {thread_id}'",
+        ) from exc
 
 
 def _user(settings: Settings, user: str | None) -> str:
@@ -94,7 +129,7 @@ def start_analysis(
     user_id = _user(settings, user)
     thread_id = validate_thread_id(thread_id) if thread_id else str(uuid.uuid4())
     check_analyst(settings)
-    deps = build_deps(settings)
+    deps = build_deps(settings, progress)
     deps.market_data.load(symbol)  # unknown ticker: refuse before a thread exists
     with open_run(settings, thread_id, deps) as run:
         if view_of(run.graph, thread_id) is not None:
@@ -103,7 +138,7 @@ def start_analysis(
                 f"or continue it with 'market-analyst resume {thread_id}'"
             )
         inputs = {"ticker": symbol, "question": question or "", "user_id": user_id, "feedback": []}
-        run.advance(inputs, thread_id, progress)
+        advance(run, inputs, thread_id, progress, ticker=symbol)
         return require_view(run.graph, thread_id)
 
 
@@ -136,13 +171,13 @@ def approve_thread(
         raise UserError(
             f"user {approver!r} may not approve: MA_APPROVERS allows {', '.join(sorted(settings.approvers))}"
         )
-    with open_run(settings, thread_id) as run:
+    with open_run(settings, thread_id, progress=progress) as run:
         view = decidable_view(run.graph, thread_id, "approve", approved_ok=True)
         if view.status == "awaiting_approval":
             approval = _decision(settings, "approved", approver, note, view)
             run.graph.update_state(config_for(thread_id), {"approval": approval})
         # else: an approval was recorded before a crash; finish what it started, without asking again.
-        run.advance(None, thread_id, progress)
+        advance(run, None, thread_id, progress)
         return require_view(run.graph, thread_id)
 
 
@@ -156,35 +191,17 @@ def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str 
         view = decidable_view(run.graph, thread_id, "reject")
         rejection = _decision(settings, "rejected", rejecter, reason.strip(), view)
         run.graph.update_state(config_for(thread_id), {"approval": rejection})
-        run.advance(None, thread_id, None)
-        return require_view(run.graph, thread_id)
-
-
-def revise_thread(
-    settings: Settings, thread_id: str, *, feedback: str, progress: Progress | None = None
-) -> ThreadView:
-    """Add reviewer feedback and draft again; the new draft stops at the gate again."""
-    validate_thread_id(thread_id)
-    if not feedback.strip():
-        raise UserError("revise needs feedback: --feedback 'what the next draft should change'")
-    check_analyst(settings)
-    with open_run(settings, thread_id) as run:
-        decidable_view(run.graph, thread_id, "revise")
-        snapshot = run.graph.get_state(config_for(thread_id))
-        feedback_list = list(snapshot.values.get("feedback") or []) + [feedback.strip()]
-        # Written as if `analyze` had produced it, so `draft_report` runs next and drafts anew.
-        run.graph.update_state(config_for(thread_id), {"feedback": feedback_list}, as_node="analyze")
-        run.advance(None, thread_id, progress)
+        advance(run, None, thread_id, None)
         return require_view(run.graph, thread_id)
 
 
 def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | None = None) -> ThreadView:
     """Continue a thread from its last checkpoint, as far as it can go without a new decision."""
     validate_thread_id(thread_id)
-    with open_run(settings, thread_id) as run:
+    with open_run(settings, thread_id, progress=progress) as run:
         view = require_view(run.graph, thread_id)
         if view.status in ("in_progress", "approved_pending_publish"):
-            run.advance(None, thread_id, progress)
+            advance(run, None, thread_id, progress)
             view = require_view(run.graph, thread_id)
             view.message = "resumed"
         else:

@@ -1,0 +1,121 @@
+"""How the run commands show a thread: text for people, one JSON object with --json."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from market_analyst.cli.common import emit_json
+from market_analyst.errors import RunStopped
+from market_analyst.formatting import one_decimal, pct, signed_pct
+
+
+def draft_json(view: Any) -> dict[str, Any]:
+    """The view with the draft's headline fields at the top level, as `analyze --json` prints it."""
+    data = view.to_json()
+    draft = view.draft or {}
+    data["pending_node"] = view.next[0] if view.next else None
+    for field in ("draft_id", "recommendation", "confidence", "figures", "as_of", "data_source", "headline"):
+        data[field] = draft.get(field)
+    data["profile"] = (draft.get("profile") or {}).get("statement")
+    return data
+
+
+def render_draft(view: Any) -> None:
+    """The draft's headline, recommendation and figures, a few lines."""
+    d = view.draft or {}
+    f = d.get("figures") or {}
+    print(f"  {d.get('headline')}")
+    print(f"  Recommendation: {str(d.get('recommendation')).upper()}, confidence {d.get('confidence'):.2f}")
+    print(
+        f"  Returns 1M {signed_pct(f.get('return_1m'))}, 3M {signed_pct(f.get('return_3m'))}, "
+        f"6M {signed_pct(f.get('return_6m'))}, "
+        f"1Y {signed_pct(f.get('return_1y'))}; volatility {pct(f.get('volatility_1y'))}, "
+        f"max drawdown {pct(f.get('max_drawdown_1y'))}; RSI(14) {one_decimal(f.get('rsi_14'))}; "
+        f"trend {f.get('trend')}"
+    )
+    print(f"  Data: {d.get('data_source')}")
+    print(f"  Profile: {(d.get('profile') or {}).get('statement')}")
+    analyst = d.get("analyst") or {}
+    print(f"  Analyst: {analyst.get('name')} (version {analyst.get('version')})")
+
+
+def render_view(view: Any) -> None:
+    """Where the thread stands, its draft and decision, and the commands that go on from there."""
+    print(
+        f"Thread {view.thread_id}: {view.status.replace('_', ' ')}"
+        + (f" ({view.ticker})" if view.ticker else "")
+    )
+    if view.next:
+        print(f"  Next node: {', '.join(view.next)}")
+    if view.draft:
+        render_draft(view)
+    if view.approval:
+        a = view.approval
+        print(
+            f"  Decision: {a['decision']} by {a['by']} at {a['at']}"
+            + (f": {a['note']}" if a.get("note") else "")
+        )
+    if view.publication:
+        print(f"  Archive key: {view.publication['key']}")
+    render_next_steps(view)
+
+
+def show(view: Any, json_output: bool) -> None:
+    """Print a run's view: the draft's JSON object, or the text rendering."""
+    if json_output:
+        emit_json(draft_json(view))
+    else:
+        render_view(view)
+
+
+def render_next_steps(view: Any) -> None:
+    """The commands that take the thread further from where it stands."""
+    t = view.thread_id
+    if view.status == "awaiting_approval":
+        print("Next:")
+        print(f"  approve: market-analyst approve {t}")
+        print(f"  reject:  market-analyst reject {t} --reason '...'")
+        print(f"  revise:  market-analyst revise {t} --feedback '...'")
+    elif view.status in ("in_progress", "approved_pending_publish"):
+        print(f"Next: market-analyst resume {t}")
+    elif view.status == "published" and view.publication:
+        print(f"Report: market-analyst reports show {view.publication['key']}")
+
+
+def render_revision(view: Any) -> None:
+    """What `revise` changed: the revision, the feedback and options, and the difference."""
+    extra, changes = view.extra, view.extra["changes"]
+    print(f"Revision {extra['revision']} of thread {view.thread_id}")
+    if extra.get("feedback"):
+        print(f"  Feedback: {extra['feedback']}")
+    for name, value in sorted((extra.get("options") or {}).items()):
+        print(f"  {name.replace('_', ' ').capitalize()}: {value}")
+    before, after = changes["recommendation"]
+    print(
+        f"  Recommendation: {before.upper()} -> {after.upper()}"
+        if before != after
+        else f"  Recommendation: {after.upper()} (unchanged)"
+    )
+    old, new = changes["confidence"]
+    print(f"  Confidence: {old:.2f} -> {new:.2f}" if old != new else f"  Confidence: {new:.2f} (unchanged)")
+    for risk in changes["risk_factors_added"]:
+        print(f"  + risk: {risk}")
+    for risk in changes["risk_factors_removed"]:
+        print(f"  - risk: {risk}")
+    print(f"  Text: {changes['lines_added']} lines added, {changes['lines_removed']} removed")
+    for note in (view.draft or {}).get("feedback_notes") or []:
+        verdict = "addressed" if note["acted"] else "recorded, not acted on"
+        print(f"  Feedback '{note['feedback']}': {verdict}: {note['response']}")
+
+
+@contextmanager
+def stops_as_json(json_output: bool) -> Iterator[None]:
+    """With --json, a run that stopped on an error also prints one object: thread, status, error."""
+    try:
+        yield
+    except RunStopped as exc:
+        if json_output:
+            emit_json({"thread_id": exc.thread_id, "status": exc.status, "error": str(exc)})
+        raise

@@ -1,0 +1,84 @@
+"""tools: the LLM analyst's read-only tools over the run's data, run by LangGraph's `ToolNode`.
+
+Each tool call the model makes is sent to this node as a task of its own (`Send`), so a call that
+finished is saved with the step even if the process dies before its sibling calls finish, and is not
+run again on `resume`. Every result goes back to the model, and becomes a fact it may cite.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from langchain_core.tools import tool
+from langgraph.prebuilt import ToolNode, ToolRuntime
+
+from market_analyst.analyst import windows
+from market_analyst.errors import UserError
+from market_analyst.market_data import BENCHMARK
+from market_analyst.state import ProfileUsed
+
+Window = Literal["1M", "3M", "6M", "1Y", "2Y", "3Y", "5Y"]
+
+
+def _history(runtime: ToolRuntime[Any, Any], ticker: str | None = None) -> Any:
+    return runtime.context.market_data.load(ticker or runtime.state["ticker"])
+
+
+def _result(data: Any) -> str:
+    return json.dumps(data, sort_keys=True)
+
+
+@tool
+def figures_over_window(window: Window, runtime: ToolRuntime) -> str:
+    """Return, annualised volatility and largest fall (all in percent) over a window ending at the
+    as-of date: 1M, 3M, 6M, 1Y, 2Y, 3Y or 5Y."""
+    return _result(windows.window_figures(_history(runtime), window))
+
+
+@tool
+def benchmark_comparison(runtime: ToolRuntime) -> str:
+    """Beta and return relative to the S&P 500 over the ticker's last year, or why there is none."""
+    try:
+        benchmark = _history(runtime, BENCHMARK)
+    except UserError as exc:
+        return _result({"available": False, "reason": str(exc)})
+    return _result(windows.benchmark_comparison(_history(runtime), benchmark))
+
+
+@tool
+def price_on(date: str, runtime: ToolRuntime) -> str:
+    """The closing price on a date (YYYY-MM-DD), or on the last trading day before it."""
+    return _result(windows.price_on(_history(runtime), date))
+
+
+@tool
+def drawdown_episodes(runtime: ToolRuntime, count: int = 3) -> str:
+    """The deepest peak-to-trough falls of the last five years (at most 5), with their dates, depth in
+    percent, and whether the price has come back to the peak since."""
+    return _result(windows.drawdown_episodes(_history(runtime), max(1, min(count, 5))))
+
+
+@tool
+def investor_profile(runtime: ToolRuntime) -> str:
+    """The investor's risk profile the analysis is for: risk tolerance, horizon, preferred sectors."""
+    profile = ProfileUsed.model_validate(runtime.state["profile"]).profile
+    overrides = dict(runtime.state.get("overrides") or {})
+    chosen = profile.model_copy(update=overrides)
+    return _result(
+        {
+            "risk_tolerance": chosen.risk_tolerance,
+            "horizon": chosen.horizon,
+            "preferred_sectors": chosen.preferred_sectors,
+            "chosen_for_this_thread": sorted(overrides),
+        }
+    )
+
+
+TOOLS = [figures_over_window, benchmark_comparison, price_on, drawdown_episodes, investor_profile]
+TOOL_NAMES = frozenset(t.name for t in TOOLS)
+
+
+def tool_node() -> ToolNode:
+    """The node that runs one tool call per task; a failing tool answers the model with its error."""
+    return ToolNode(TOOLS, handle_tool_errors=True)
