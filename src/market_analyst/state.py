@@ -146,6 +146,7 @@ class Draft(BaseModel):
     analyst: dict[str, str]
     profile: dict[str, Any]
     feedback: list[str]
+    chart: dict[str, Any] | None = None  # analyst.chart_data.chart_series
     markdown: str
 
 
@@ -164,7 +165,7 @@ class AnalystState(TypedDict, total=False):
     question: str
     user_id: str
     profile: dict[str, Any]  # ProfileUsed
-    market: dict[str, Any]  # figures, as_of, data_source
+    market: dict[str, Any]  # figures, chart (a coarse series for the chart), as_of, data_source
     analysis: dict[str, Any]  # recommendation, confidence, score, risk factors, analyst
     feedback: list[str]
     draft: dict[str, Any]  # Draft

@@ -54,6 +54,9 @@ def draft_report(state: AnalystState) -> dict[str, Any]:
         "analyst": analysis["analyst"],
         "profile": {**used.model_dump(mode="json"), "statement": profile_statement(used)},
         "feedback": list(state.get("feedback") or []),
+        # What the price chart is drawn from, kept with the draft so the archive shows the chart
+        # that was approved (None for a run that fetched its data before charts existed).
+        "chart": market.get("chart"),
     }
     content["draft_id"] = draft_id_for({**content, "user_id": state.get("user_id")})
     content["markdown"] = render_markdown(content)
