@@ -68,7 +68,11 @@ def save_screenshot(driver: object, name: str) -> Path:
     """A full-page PNG under .cache/test-artifacts/ (kept after the run, ignored by git)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
-    height = driver.execute_script("return document.documentElement.scrollHeight")  # type: ignore[attr-defined]
-    driver.set_window_size(1280, max(int(height) + 40, 600))  # type: ignore[attr-defined]
+    # The window's size includes the browser's own frame: grow it by the page's height beyond the view.
+    content, view = driver.execute_script(  # type: ignore[attr-defined]
+        "return [document.body.scrollHeight, window.innerHeight]"
+    )
+    frame = int(driver.get_window_size()["height"]) - int(view)  # type: ignore[attr-defined]
+    driver.set_window_size(1280, int(content) + frame + 24)  # type: ignore[attr-defined]
     assert driver.save_screenshot(str(path)), f"could not save {path}"  # type: ignore[attr-defined]
     return path
