@@ -11,6 +11,7 @@ from __future__ import annotations
 from market_analyst.errors import UserError
 from market_analyst.persistence.approvers import Approver, ApproverStore
 from market_analyst.persistence.archive import ReportArchive
+from market_analyst.persistence.archive_index import ReportSummary
 from market_analyst.persistence.checkpointers import (
     embedded_server_pid,
     open_checkpointer,
@@ -23,6 +24,7 @@ from market_analyst.settings import Settings
 __all__ = [
     "Approver",
     "ApproverStore",
+    "ReportSummary",
     "build_deps",
     "check_analyst",
     "embedded_server_pid",

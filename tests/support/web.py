@@ -4,7 +4,6 @@ and an HTTP client that signs in and posts forms the way a browser does."""
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.cli import market_analyst_command
-from tests.support.services import _die_with_parent, free_port
+from tests.support.services import _die_with_parent, free_port, kill_process, stop_process
 
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -65,17 +64,10 @@ class WebServer:
         return httpx.Client(base_url=self.url, headers=headers, timeout=120)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.proc)
 
     def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        kill_process(self.proc)
 
 
 class FormClient:

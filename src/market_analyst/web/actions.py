@@ -21,10 +21,10 @@ from market_analyst.workflow.inbox import (
     report_by_key,
     thread_details,
 )
-from market_analyst.workflow.stores import ReportListing, find_reports
+from market_analyst.workflow.stores import ReportListing, ReportSummary, find_reports
 from market_analyst.workflow.views import ThreadView
 
-__all__ = ["ApproverStore", "PendingDraft", "Refusal", "ThreadDetails", "ThreadView"]
+__all__ = ["ApproverStore", "PendingDraft", "Refusal", "ReportSummary", "ThreadDetails", "ThreadView"]
 
 # The longest note, reason or feedback a request may carry: a paragraph or two, not a document.
 MAX_TEXT = 2000

@@ -25,19 +25,6 @@ class Problem(BaseModel):
     archive_key: str | None = Field(None, description="The published report's key, once there is one.")
 
 
-class PendingDraftOut(BaseModel):
-    """A thread waiting for a decision."""
-
-    thread_id: str
-    ticker: str
-    user_id: str | None
-    question: str
-    recommendation: str
-    confidence: float
-    revision: int
-    drafted_at: str | None = Field(description="When the draft's checkpoint was written (UTC).")
-
-
 class ThreadOut(BaseModel):
     """Where a thread stands, with its current draft and any decision."""
 
@@ -66,19 +53,8 @@ class ReviseIn(BaseModel):
     feedback: str = Field(max_length=actions.MAX_TEXT, description="What the next draft should address.")
 
 
-class ReportSummaryOut(BaseModel):
-    key: str
-    ticker: str
-    user_id: str | None
-    created_at: str
-    approved_by: str
-    recommendation: str
-    as_of: str
-    headline: str
-
-
 class ReportListOut(BaseModel):
-    reports: list[ReportSummaryOut]
+    reports: list[actions.ReportSummary]
     problems: list[str] = Field(description="Documents that could not be read, and why.")
 
 
@@ -133,8 +109,8 @@ def _thread_out(view: actions.ThreadView, details: actions.ThreadDetails | None 
 @router.get("/api/threads", summary="Threads waiting for a decision, newest draft first")
 def list_threads(
     request: Request, who: Approver, status: Literal["pending"] = "pending"
-) -> list[PendingDraftOut]:
-    return [PendingDraftOut(**row.__dict__) for row in actions.pending(web(request).settings)]
+) -> list[actions.PendingDraft]:
+    return actions.pending(web(request).settings)
 
 
 @router.get("/api/threads/{thread_id}", summary="One thread: status, draft, decision, publication")
@@ -168,9 +144,7 @@ def list_reports(
     request: Request, who: Approver, ticker: str | None = None, user: str | None = None, q: str | None = None
 ) -> ReportListOut:
     listing = actions.reports(web(request).settings, ticker=ticker, user=user, text=q)
-    return ReportListOut(
-        reports=[ReportSummaryOut(**r.to_json()) for r in listing.reports], problems=listing.problems
-    )
+    return ReportListOut(reports=listing.reports, problems=listing.problems)
 
 
 @router.get("/api/reports/{key}", summary="One published report: the archived document")
