@@ -79,6 +79,14 @@ def pending(settings: Settings) -> list[PendingDraft]:
     return result
 
 
+def thread(settings: Settings, thread_id: str) -> ThreadView:
+    """Where one thread stands (without its history); 404 when no run has that ID."""
+    found: ThreadView | None = _read(lambda: find_thread(settings, thread_id))
+    if found is None:
+        raise Refusal(404, f"unknown thread {thread_id}")
+    return found
+
+
 def details(settings: Settings, thread_id: str) -> ThreadDetails:
     """One thread with its drafts; 404 when no run has that ID."""
     found: ThreadDetails | None = _read(lambda: thread_details(settings, thread_id))

@@ -180,7 +180,7 @@ def _svg(request: Request, report: dict[str, Any] | None) -> Response:
 
 @router.get("/threads/{thread_id}/chart.svg")
 def thread_chart(request: Request, thread_id: str, who: Signed) -> Response:
-    return _svg(request, actions.details(web(request).settings, thread_id).view.draft)
+    return _svg(request, actions.thread(web(request).settings, thread_id).draft)
 
 
 @router.post("/threads/{thread_id}/approve")
