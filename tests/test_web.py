@@ -154,6 +154,7 @@ def test_health_docs_and_a_store_that_is_down(cli: Cli, serve):
     assert "/api/reports/{key}" in httpx.get(up.url + "/openapi.json").json()["paths"]
 
     down = serve(cli, env={"POSTGRES_URL": "postgresql://ma:secret@127.0.0.1:9/none"})
+    assert "warning: checkpointer: cannot connect to PostgreSQL" in down.log.read_text()
     health = httpx.get(down.url + "/healthz")
     assert (
         health.status_code == 503

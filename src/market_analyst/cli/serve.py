@@ -17,7 +17,7 @@ def serve(
     ),
 ) -> None:
     """Serve the approval inbox and its JSON API until interrupted."""
-    from market_analyst.web.server import check_binding
+    from market_analyst.web.server import check_binding, warm_up
     from market_analyst.web.server import serve as run_server
 
     settings = load_settings()
@@ -29,4 +29,6 @@ def serve(
     )
     if count == 0:
         print("No approvers yet: add one with 'market-analyst approvers add NAME'.", file=sys.stderr)
+    for store, problem in warm_up(settings).items():
+        print(f"warning: {store}: {problem}", file=sys.stderr)
     run_server(settings, host, port)

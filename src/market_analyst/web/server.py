@@ -36,6 +36,12 @@ def check_binding(settings: Settings, host: str, allow_remote: bool) -> int:
     return count
 
 
+def warm_up(settings: Settings) -> dict[str, str]:
+    """Check every store once before serving: it starts the embedded PostgreSQL now rather than in
+    the first requests at once, and says early what does not answer (requests then get 503)."""
+    return {store: result for store, result in actions.health(settings).items() if result != "ok"}
+
+
 def serve(settings: Settings, host: str, port: int) -> None:
     """Run the server until interrupted."""
     import uvicorn
