@@ -79,7 +79,8 @@ def test_the_api_lists_decides_and_refuses_like_the_cli(cli: Cli, serve):
     wrong = server.client("0" * 12 + ".nope").get("/api/threads")
     assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
     pending = api.get("/api/threads", params={"status": "pending"}).json()
-    assert {row["thread_id"] for row in pending} == {to_approve, to_reject, to_revise}
+    # On Redis the tests share one server, so other tests' drafts may be waiting too.
+    assert {row["thread_id"] for row in pending} >= {to_approve, to_reject, to_revise}
 
     assert other.post(f"/api/threads/{to_approve}/approve", json={}).status_code == 403  # not in MA_APPROVERS
     approved = api.post(f"/api/threads/{to_approve}/approve", json={"note": "ok", "approved_by": "x"})
