@@ -32,6 +32,7 @@ def test_sign_in_list_and_approve_with_the_forms(cli: Cli, serve):
 
     assert browser.page("/inbox").status_code == 303  # not signed in: to the sign-in page
     assert browser.sign_in("not-a-token").status_code == 401
+    assert browser.http.post("/login", data={"token": token}).status_code == 403  # no CSRF token
     signed = browser.sign_in(token)
     assert signed.status_code == 303 and signed.headers["location"] == "/inbox"
     cookie = signed.headers["set-cookie"].lower()
@@ -65,6 +66,9 @@ def test_sign_in_list_and_approve_with_the_forms(cli: Cli, serve):
     again = browser.submit("/inbox", f"/threads/{thread}/approve")
     assert again.status_code == 409 and key in again.text
     assert len(cli.archive_files()) == 1
+
+    assert browser.submit("/inbox", "/logout").status_code == 303
+    assert browser.page("/inbox").status_code == 303  # signed out
 
 
 @both_backends
