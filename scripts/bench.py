@@ -132,9 +132,19 @@ def bench_archive(n: int | None) -> bool:
     return True
 
 
+def bench_approvals(n: int | None) -> bool:
+    """An approval through a warm `market-analyst serve` against `market-analyst approve` in a process
+    of its own (100 of each by default); no target is set, both are reported."""
+    import bench_approvals
+
+    bench_approvals.run(n or 100)
+    return True
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
     "archive": bench_archive,
+    "approvals": bench_approvals,
 }
 
 

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from tests.support.backends import checkpointer_env
 from tests.support.cli import Cli, clean_environ
 from tests.support.crashkit import Harness
 from tests.support.services import RedisServer, new_database
 from tests.support.services import postgres_server as start_postgres_server
+from tests.support.web import WebServer
 
 
 @pytest.fixture(scope="session")
@@ -84,3 +86,26 @@ def fresh_cli(
         return Cli(env=env, cwd=tmp, harness=harness)
 
     return make
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
+    """Start `market-analyst serve` with a CLI's settings (`command` replaces the installed script, run
+    from the repository); every server started is stopped after the test."""
+    servers: list[WebServer] = []
+
+    def start(
+        cli: Cli, *args: str, command: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> WebServer:
+        server = WebServer(
+            env=cli.env | (env or {}),
+            cwd=REPO if command else cli.cwd,
+            log=tmp_path / f"serve-{len(servers)}.log",
+            **({"command": command} if command else {}),
+        )
+        servers.append(server)
+        return server.start(*args)
+
+    yield start
+    for server in servers:
+        server.stop()

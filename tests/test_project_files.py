@@ -83,6 +83,11 @@ def test_make_crash_soak_runs_and_summarises(tmp_path):
 
 def test_make_bench_runs_every_section():
     """The README's bench command on small data (the real sizes take minutes; see the README)."""
-    result = run_make("bench", "BENCH_ARGS=--n 300", timeout=300)
+    result = run_make("bench", "BENCH_ARGS=--n 300 profiles archive", timeout=300)
     assert "profiles: 300 stored profiles" in result.stdout
     assert "reports search --ticker NVDA" in result.stdout and "ratio" in result.stdout
+    # Each approval through the CLI is a process of its own (seconds), so this section runs three.
+    result = run_make("bench", "BENCH_ARGS=approvals --n 3", timeout=300)
+    assert "POST /api/threads/{id}/approve (warm server) p50" in result.stdout
+    assert "market-analyst approve (a process each)      p50" in result.stdout
+    assert "ratio at p50" in result.stdout

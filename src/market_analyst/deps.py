@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from market_analyst.errors import UserError
+from market_analyst.persistence.approvers import Approver, ApproverStore
 from market_analyst.persistence.archive import ReportArchive
+from market_analyst.persistence.archive_index import ReportSummary
 from market_analyst.persistence.checkpointers import (
     embedded_server_pid,
     open_checkpointer,
@@ -22,10 +24,14 @@ from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
 __all__ = [
+    "Approver",
+    "ApproverStore",
+    "ReportSummary",
     "build_deps",
     "check_analyst",
     "embedded_server_pid",
     "open_analyst",
+    "open_approvers",
     "open_archive",
     "open_checkpointer",
     "open_market_data",
@@ -87,6 +93,11 @@ def open_market_data(settings: Settings) -> MarketDataProvider:
 def open_archive(settings: Settings) -> ReportArchive:
     """The report archive in `MA_ARCHIVE_DIR` (default: `reports/` in the data directory)."""
     return ReportArchive(settings.archive_dir)
+
+
+def open_approvers(settings: Settings) -> ApproverStore:
+    """The web inbox's approvers and its session secret, in the data directory."""
+    return ApproverStore(settings.data_dir)
 
 
 def open_profiles(settings: Settings) -> ProfileStore:

@@ -152,6 +152,7 @@ class Draft(BaseModel):
     feedback: list[str]
     feedback_notes: list[dict[str, Any]] = Field(default_factory=list)  # per item: what the analyst did
     facts: list[str] = Field(default_factory=list)  # what the analyst was given and found, one per line
+    chart: dict[str, Any] | None = None  # analyst.chart_data.chart_series
     markdown: str
 
 
@@ -174,7 +175,7 @@ class AnalystState(TypedDict, total=False):
     user_id: str
     profile: dict[str, Any]  # ProfileUsed: the stored profile (or the defaults) as load_profile read it
     overrides: dict[str, str]  # risk_tolerance / horizon chosen for this thread with `revise`
-    market: dict[str, Any]  # figures, as_of, data_source
+    market: dict[str, Any]  # figures, chart (a coarse series for the chart), as_of, data_source
     analysis: dict[str, Any] | None  # recommendation, confidence, score, risk factors, analyst, facts
     feedback: list[str]
     messages: Annotated[list[AnyMessage], add_messages]  # the LLM analyst's turns for this revision

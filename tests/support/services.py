@@ -166,14 +166,24 @@ class RedisServer:
 
     def kill(self) -> None:
         """SIGKILL: no shutdown save, no AOF rewrite; only what was already on disk survives."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        kill_process(self.proc)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.proc)
+
+
+def kill_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL a server process that still runs, and reap it."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """Ask a server process that still runs to stop (SIGTERM); SIGKILL it after ten seconds."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            kill_process(proc)

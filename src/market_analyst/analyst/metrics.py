@@ -36,14 +36,24 @@ def annualised_volatility(closes: Sequence[float], window: int = TRADING_DAYS) -
     return math.sqrt(variance) * math.sqrt(TRADING_DAYS)
 
 
+def drawdown_episode(closes: Sequence[float], window: int = TRADING_DAYS) -> tuple[float, int, int]:
+    """The largest peak-to-trough fall over the last `window` + 1 closes: (depth as a positive
+    fraction, index of the peak, index of the trough), indexes into `closes`. The first such fall
+    wins a tie; without any fall both indexes name the window's first close."""
+    start = max(len(closes) - (window + 1), 0)
+    peak_at, worst = start, (0.0, start, start)
+    for i in range(start, len(closes)):
+        if closes[i] > closes[peak_at]:
+            peak_at = i
+        fall = 1.0 - closes[i] / closes[peak_at]
+        if fall > worst[0]:
+            worst = (fall, peak_at, i)
+    return worst
+
+
 def max_drawdown(closes: Sequence[float], window: int = TRADING_DAYS) -> float:
     """Largest peak-to-trough fall over the last `window` + 1 closes, as a positive fraction."""
-    peak = -math.inf
-    worst = 0.0
-    for price in closes[-(window + 1) :]:
-        peak = max(peak, price)
-        worst = max(worst, 1.0 - price / peak)
-    return worst
+    return drawdown_episode(closes, window)[0]
 
 
 def simple_moving_average(closes: Sequence[float], days: int) -> float | None:

@@ -19,7 +19,7 @@ import typer
 # typer 0.29+ vendors click, and only there are its usage errors reachable.
 from typer._click.exceptions import ClickException, UsageError
 
-from market_analyst.cli import db, profile, reports, runs
+from market_analyst.cli import approvers, db, profile, reports, runs, serve
 from market_analyst.cli.output import guard_output
 from market_analyst.errors import USER_ERROR_EXIT, RunStopped, ServiceUnavailable, UserError
 
@@ -35,6 +35,8 @@ runs.register(app)
 app.add_typer(reports.app, name="reports")
 app.add_typer(db.app, name="db")
 app.add_typer(profile.app, name="profile")
+app.add_typer(approvers.app, name="approvers")
+app.command()(serve.serve)
 
 
 @app.callback()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
 from market_analyst.errors import UserError
+
+if TYPE_CHECKING:
+    from market_analyst.settings import Settings
 
 app = typer.Typer(help="Read published reports from the archive.", no_args_is_help=True)
 
@@ -56,13 +61,20 @@ def search_reports(
 
 @app.command("show")
 def show_report(
-    key: str = typer.Argument(..., help="The archive key."), json_output: bool = JSON_OPTION
+    key: str = typer.Argument(..., help="The archive key."),
+    json_output: bool = JSON_OPTION,
+    html: Path = typer.Option(
+        None, "--html", help="Write the report's web page, chart included, as one standalone file here."
+    ),
 ) -> None:
-    """Print one published report (Markdown, or the whole document with --json)."""
+    """Print one published report (Markdown, or the whole document with --json), or write its page."""
     from market_analyst.workflow.stores import read_report
 
-    document = read_report(load_settings(), key)
-    if json_output:
+    settings = load_settings()
+    document = read_report(settings, key)
+    if html is not None:
+        _write_page(document, settings, html)
+    elif json_output:
         emit_json(document)
     else:
         print(document["markdown"], end="")
@@ -70,3 +82,13 @@ def show_report(
             f"\nApproved by {document['approved_by']} at {document['approved_at']}; "
             f"archive key {document['key']}."
         )
+
+
+def _write_page(document: dict[str, Any], settings: Settings, path: Path) -> None:
+    from market_analyst.web.render import standalone_report
+
+    try:
+        path.write_text(standalone_report(document, settings), encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    print(f"Wrote {path} (report {document['key']}, one file: open it in a browser).")

@@ -58,6 +58,9 @@ def draft_report(state: AnalystState) -> dict[str, Any]:
         "feedback": list(state.get("feedback") or []),
         "feedback_notes": list(analysis.get("feedback_notes") or []),
         "facts": list(analysis.get("facts") or []),
+        # What the price chart is drawn from, kept with the draft so the archive shows the chart
+        # that was approved (None for a run that fetched its data before charts existed).
+        "chart": market.get("chart"),
     }
     content["draft_id"] = draft_id_for({**content, "user_id": state.get("user_id")})
     content["markdown"] = render_markdown(content)

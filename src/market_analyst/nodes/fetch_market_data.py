@@ -1,4 +1,5 @@
-"""fetch_market_data: load prices and reduce them to figures; the raw series stay out of the state."""
+"""fetch_market_data: load prices and reduce them to figures and a coarse chart series; the raw
+series stay out of the state."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from market_analyst.analyst.chart_data import chart_series
 from market_analyst.analyst.metrics import compute_metrics
 from market_analyst.errors import UserError
 from market_analyst.market_data import BENCHMARK
@@ -14,7 +16,8 @@ from market_analyst.state import AnalystState
 
 
 def fetch_market_data(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """Compute every figure the report may cite, with the as-of date and the data source."""
+    """Compute every figure the report may cite, with the as-of date and the data source, and the
+    few hundred numbers its price chart needs."""
     market_data = runtime.context.market_data
     ticker = state["ticker"]
     history = market_data.load(ticker)
@@ -27,6 +30,7 @@ def fetch_market_data(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, 
     return {
         "market": {
             "figures": compute_metrics(history, benchmark, missing),
+            "chart": chart_series(history),
             "as_of": history.as_of,
             "first_day": history.dates[0],
             "data_source": market_data.describe(history.as_of),

@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from market_analyst.deps import embedded_server_pid, open_archive, open_profiles, stop_embedded_server
+from market_analyst.deps import (
+    ReportSummary,
+    embedded_server_pid,
+    open_archive,
+    open_profiles,
+    stop_embedded_server,
+)
 from market_analyst.errors import UserError
 from market_analyst.nodes.load_profile import profile_in_use
 from market_analyst.redaction import redact_url
@@ -20,7 +26,7 @@ from market_analyst.state import DEFAULT_USER, Horizon, ProfileUsed, RiskToleran
 class ReportListing:
     """Matching report summaries, lines about documents that could not be read, and where."""
 
-    reports: list[Any]
+    reports: list[ReportSummary]
     problems: list[str]
     root: Path
 

@@ -1,0 +1,115 @@
+"""Approval bench: one approval through a warm `market-analyst serve` (the JSON API over one
+keep-alive connection) against the CLI's process-per-command `market-analyst approve`, side by side.
+
+Both publish the same kind of draft on the embedded PostgreSQL of a scratch data directory, with
+`durability="sync"`; each approval takes the thread's lease, records the decision, runs `publish`
+(an fsynced archive write) and checkpoints. What differs is what surrounds it: the server has its
+imports done and its process running; the CLI pays for an interpreter, imports and a new
+connection on every command.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from market_analyst.settings import Settings
+from market_analyst.workflow import start_analysis
+from market_analyst.workflow.approvers import add_approver
+from market_analyst.workflow.stores import stop_database
+
+MA = Path(sys.executable).with_name("market-analyst")
+
+
+def _environment(data_dir: Path) -> dict[str, str]:
+    """This process's environment with the bench's own store: embedded PostgreSQL, sync writes."""
+    chosen = {"MA_DATA_DIR": str(data_dir), "MA_CHECKPOINTER": "postgres", "MA_DURABILITY": "sync"}
+    cleared = {"POSTGRES_URL": "", "MA_APPROVERS": "", "MA_ANALYST": "rules", "SOURCE_DATE_EPOCH": ""}
+    return dict(os.environ) | cleared | chosen
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_server(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    with open(log, "ab") as out:
+        server = subprocess.Popen(
+            [str(MA), "serve", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(url + "/healthz", timeout=5)
+            return server, url
+        except httpx.TransportError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise SystemExit(f"the server did not start: {log.read_text()[-1000:]}") from None
+            time.sleep(0.1)
+
+
+def _summary(label: str, times: list[float]) -> tuple[float, float]:
+    ordered = sorted(times)
+    p50, p99 = statistics.median(ordered), ordered[math.ceil(len(ordered) * 0.99) - 1]
+    print(f"  {label:<44} p50 {p50 * 1000:8.1f} ms   p99 {p99 * 1000:8.1f} ms   ({len(times)} approvals)")
+    return p50, p99
+
+
+def _web_approvals(url: str, token: str, threads: list[str]) -> list[float]:
+    times = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as api:
+        api.get("/api/threads").raise_for_status()  # warm: the token verified once, the store opened once
+        for thread in threads:
+            started = time.perf_counter()
+            response = api.post(f"/api/threads/{thread}/approve", json={})
+            times.append(time.perf_counter() - started)
+            assert response.status_code == 200 and response.json()["status"] == "published", response.text
+    return times
+
+
+def _cli_approvals(env: dict[str, str], threads: list[str]) -> list[float]:
+    times = []
+    for thread in threads:
+        started = time.perf_counter()
+        done = subprocess.run([str(MA), "approve", thread, "--user", "bench"], env=env, capture_output=True)
+        times.append(time.perf_counter() - started)
+        assert done.returncode == 0, done.stderr.decode()
+    return times
+
+
+def run(n: int) -> None:
+    """Draft 2n threads, approve n through the server and n with the CLI, and print both."""
+    print(f"approvals: {n} through a warm server vs {n} CLI processes, embedded PostgreSQL, sync")
+    with tempfile.TemporaryDirectory(prefix="bench-approvals-") as tmp:
+        env = _environment(Path(tmp) / "data")
+        settings = Settings.load(environ=env, dotenv=None)
+        token = add_approver(settings, "bench")
+        started = time.perf_counter()
+        web = [start_analysis(settings, "NVDA", thread_id=f"web-{i}").thread_id for i in range(n)]
+        cli = [start_analysis(settings, "NVDA", thread_id=f"cli-{i}").thread_id for i in range(n)]
+        print(f"  drafted {2 * n} threads in {time.perf_counter() - started:.1f} s")
+        server, url = _start_server(env, Path(tmp) / "serve.log")
+        try:
+            web_p50, _ = _summary(
+                "POST /api/threads/{id}/approve (warm server)", _web_approvals(url, token, web)
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        cli_p50, _ = _summary("market-analyst approve (a process each)", _cli_approvals(env, cli))
+        stop_database(settings)
+    print(f"  ratio at p50: the warm server approves {cli_p50 / web_p50:.1f}x faster")

@@ -1,0 +1,158 @@
+"""Every call the web layer makes into the workflow, in one module, with refusals turned into HTTP
+statuses. These are the functions the CLI calls, so the lease on a thread, the approval bound to its
+draft and exactly-once publishing hold unchanged; each call opens its stores and closes them again,
+so the server holds nothing open between requests that would lock a command out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from market_analyst.errors import RunStopped, ServiceUnavailable, ThreadBusy, UserError
+from market_analyst.settings import Settings
+from market_analyst.workflow import approve_thread, reject_thread, revise_thread
+from market_analyst.workflow.approvers import ApproverStore, approver_store
+from market_analyst.workflow.inbox import (
+    PendingDraft,
+    ThreadDetails,
+    check_stores,
+    find_thread,
+    pending_drafts,
+    report_by_key,
+    thread_details,
+)
+from market_analyst.workflow.stores import ReportListing, ReportSummary, find_reports
+from market_analyst.workflow.views import ThreadView
+
+__all__ = ["ApproverStore", "PendingDraft", "Refusal", "ReportSummary", "ThreadDetails", "ThreadView"]
+
+# The longest note, reason or feedback a request may carry: a paragraph or two, not a document.
+MAX_TEXT = 2000
+
+
+class Refusal(Exception):
+    """A request the workflow refused, with the HTTP status that says why."""
+
+    def __init__(self, status: int, message: str, archive_key: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.archive_key = archive_key
+
+
+def _read(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except ServiceUnavailable as exc:
+        raise Refusal(503, str(exc)) from None
+    except UserError as exc:
+        raise Refusal(422, str(exc)) from None
+
+
+def _text(value: str, what: str) -> str:
+    if len(value) > MAX_TEXT:
+        raise Refusal(422, f"{what} is too long: at most {MAX_TEXT} characters (got {len(value)})")
+    return value
+
+
+# -- reads ------------------------------------------------------------------------------------------
+
+
+def pending(settings: Settings) -> list[PendingDraft]:
+    """The drafts waiting for a decision, newest first."""
+    result: list[PendingDraft] = _read(lambda: pending_drafts(settings))
+    return result
+
+
+def thread(settings: Settings, thread_id: str) -> ThreadView:
+    """Where one thread stands (without its history); 404 when no run has that ID."""
+    found: ThreadView | None = _read(lambda: find_thread(settings, thread_id))
+    if found is None:
+        raise Refusal(404, f"unknown thread {thread_id}")
+    return found
+
+
+def details(settings: Settings, thread_id: str) -> ThreadDetails:
+    """One thread with its drafts; 404 when no run has that ID."""
+    found: ThreadDetails | None = _read(lambda: thread_details(settings, thread_id))
+    if found is None:
+        raise Refusal(404, f"unknown thread {thread_id}")
+    return found
+
+
+def reports(settings: Settings, *, ticker: str | None, user: str | None, text: str | None) -> ReportListing:
+    """Published reports matching every filter given, oldest first."""
+    listing: ReportListing = _read(lambda: find_reports(settings, ticker=ticker, user=user, text=text))
+    return listing
+
+
+def report(settings: Settings, key: str) -> dict[str, Any]:
+    """One archived document; 404 when there is none under `key`."""
+    document: dict[str, Any] | None = _read(lambda: report_by_key(settings, key))
+    if document is None:
+        raise Refusal(404, f"no report with key {key}")
+    return document
+
+
+def health(settings: Settings) -> dict[str, str]:
+    """ "ok" or what is wrong, for each store."""
+    return check_stores(settings)
+
+
+def approvers(settings: Settings) -> ApproverStore:
+    """The approvers' store, kept by the server for its lifetime (it holds no file open)."""
+    return approver_store(settings)
+
+
+# -- decisions --------------------------------------------------------------------------------------
+
+
+def approve(settings: Settings, thread_id: str, *, approver: str, note: str) -> ThreadView:
+    """Approve as the signed-in `approver` and publish; 403 when `MA_APPROVERS` leaves them out."""
+    if settings.approvers and approver not in settings.approvers:
+        raise Refusal(403, f"approver {approver!r} may not approve: MA_APPROVERS does not name them")
+    note = _text(note, "the note")
+    return _decide(settings, thread_id, lambda: approve_thread(settings, thread_id, user=approver, note=note))
+
+
+def reject(settings: Settings, thread_id: str, *, approver: str, reason: str) -> ThreadView:
+    """Reject as the signed-in `approver`, with a reason; nothing is published."""
+    reason = _text(reason, "the reason")
+    return _decide(
+        settings, thread_id, lambda: reject_thread(settings, thread_id, reason=reason, user=approver)
+    )
+
+
+def revise(settings: Settings, thread_id: str, *, feedback: str) -> ThreadView:
+    """Send feedback and draft again; the new draft waits at the gate."""
+    feedback = _text(feedback, "the feedback")
+    return _decide(settings, thread_id, lambda: revise_thread(settings, thread_id, feedback=feedback))
+
+
+def _decide(settings: Settings, thread_id: str, act: Callable[[], ThreadView]) -> ThreadView:
+    try:
+        return act()
+    except ThreadBusy as exc:
+        raise Refusal(409, str(exc)) from None
+    except ServiceUnavailable as exc:
+        raise Refusal(503, str(exc)) from None
+    except RunStopped as exc:  # the run stopped on its way to the gate or to the archive
+        raise Refusal(503 if isinstance(exc.cause, ServiceUnavailable) else 500, str(exc)) from None
+    except UserError as exc:
+        raise _refusal_after(settings, thread_id, exc) from None
+
+
+def _refusal_after(settings: Settings, thread_id: str, exc: UserError) -> Refusal:
+    """Why a decision was refused, from the thread as it stands now: unknown (404), decided or not at
+    the gate (409, with the archive key once published), or bad input (422)."""
+    try:
+        view = find_thread(settings, thread_id)
+    except ServiceUnavailable as again:
+        return Refusal(503, str(again))
+    except UserError:
+        return Refusal(422, str(exc))
+    if view is None:
+        return Refusal(404, str(exc))
+    if view.status == "awaiting_approval":
+        return Refusal(422, str(exc))
+    return Refusal(409, str(exc), (view.publication or {}).get("key"))

@@ -1,0 +1,165 @@
+"""The JSON API, for approvers' own tools: `Authorization: Bearer <token>` on every call but /healthz.
+
+The same rules as the command line, as statuses: an unknown thread 404; already decided 409 with the
+archive key; a thread another command is advancing 409; bad input 422 with one message; a store
+that is down 503.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from market_analyst.web import actions
+from market_analyst.web.context import web
+from market_analyst.web.security import TooManyFailures, bearer_token, client_address
+
+
+class Problem(BaseModel):
+    """Why a request was refused, in one sentence."""
+
+    detail: str
+    archive_key: str | None = Field(None, description="The published report's key, once there is one.")
+
+
+class ThreadOut(BaseModel):
+    """Where a thread stands, with its current draft and any decision."""
+
+    thread_id: str
+    status: str = Field(description="awaiting_approval, approved_pending_publish, published, rejected, ...")
+    next: list[str]
+    ticker: str | None
+    user_id: str | None
+    draft: dict[str, Any] | None
+    approval: dict[str, Any] | None
+    publication: dict[str, Any] | None
+    archive_key: str | None = Field(None, description="The published report's key.")
+    updated_at: str | None = Field(None, description="When the latest checkpoint was written (UTC).")
+    draft_ids: list[str] = Field(default_factory=list, description="The thread's drafts, oldest first.")
+
+
+class ApproveIn(BaseModel):
+    note: str = Field("", max_length=actions.MAX_TEXT, description="Recorded with the approval.")
+
+
+class RejectIn(BaseModel):
+    reason: str = Field(max_length=actions.MAX_TEXT, description="Why the draft must not be published.")
+
+
+class ReviseIn(BaseModel):
+    feedback: str = Field(max_length=actions.MAX_TEXT, description="What the next draft should address.")
+
+
+class ReportListOut(BaseModel):
+    reports: list[actions.ReportSummary]
+    problems: list[str] = Field(description="Documents that could not be read, and why.")
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(description='"ok", or what is wrong, per store.')
+
+
+def approver(request: Request) -> str:
+    """The approver whose bearer token this is; 401 without a valid one, 429 after too many failures."""
+    context = web(request)
+    token = bearer_token(request)
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if token is None:
+        detail = (
+            "send 'Authorization: Bearer <token>' (a token comes from: market-analyst approvers add NAME)"
+        )
+        raise HTTPException(401, detail, headers=challenge)
+    client = client_address(request)
+    try:
+        context.limiter.check(client)
+    except TooManyFailures as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    found = context.store.authenticate(token)
+    if found is None:
+        context.limiter.failed(client)
+        raise HTTPException(401, "the token is not valid", headers=challenge)
+    return found.name
+
+
+Approver = Annotated[str, Depends(approver)]
+REFUSALS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "No token, or not a valid one"},
+    403: {"model": Problem, "description": "MA_APPROVERS does not name the approver"},
+    404: {"model": Problem, "description": "No such thread or report"},
+    409: {"model": Problem, "description": "Already decided (with the archive key), or the thread is busy"},
+    422: {"model": Problem, "description": "Bad input, in one message"},
+    503: {"model": Problem, "description": "A store is unavailable; nothing was lost"},
+}
+router = APIRouter(responses=REFUSALS)
+
+
+def _thread_out(view: actions.ThreadView, details: actions.ThreadDetails | None = None) -> ThreadOut:
+    return ThreadOut(
+        **{k: v for k, v in view.to_json().items() if k in ThreadOut.model_fields},
+        archive_key=(view.publication or {}).get("key"),
+        updated_at=details.updated_at if details else None,
+        draft_ids=[d["draft_id"] for d in details.drafts] if details else [],
+    )
+
+
+@router.get("/api/threads", summary="Threads waiting for a decision, newest draft first")
+def list_threads(
+    request: Request, who: Approver, status: Literal["pending"] = "pending"
+) -> list[actions.PendingDraft]:
+    return actions.pending(web(request).settings)
+
+
+@router.get("/api/threads/{thread_id}", summary="One thread: status, draft, decision, publication")
+def get_thread(request: Request, thread_id: str, who: Approver) -> ThreadOut:
+    details = actions.details(web(request).settings, thread_id)
+    return _thread_out(details.view, details)
+
+
+@router.post(
+    "/api/threads/{thread_id}/approve", summary="Approve the draft as the token's approver, and publish"
+)
+def approve(request: Request, thread_id: str, body: ApproveIn, who: Approver) -> ThreadOut:
+    """403 when `MA_APPROVERS` does not name the approver."""
+    return _thread_out(actions.approve(web(request).settings, thread_id, approver=who, note=body.note))
+
+
+@router.post(
+    "/api/threads/{thread_id}/reject", summary="Reject the draft with a reason; nothing is published"
+)
+def reject(request: Request, thread_id: str, body: RejectIn, who: Approver) -> ThreadOut:
+    return _thread_out(actions.reject(web(request).settings, thread_id, approver=who, reason=body.reason))
+
+
+@router.post("/api/threads/{thread_id}/revise", summary="Send feedback and draft again")
+def revise(request: Request, thread_id: str, body: ReviseIn, who: Approver) -> ThreadOut:
+    return _thread_out(actions.revise(web(request).settings, thread_id, feedback=body.feedback))
+
+
+@router.get("/api/reports", summary="Published reports, oldest first, filtered by ticker, user and text")
+def list_reports(
+    request: Request, who: Approver, ticker: str | None = None, user: str | None = None, q: str | None = None
+) -> ReportListOut:
+    listing = actions.reports(web(request).settings, ticker=ticker, user=user, text=q)
+    return ReportListOut(reports=listing.reports, problems=listing.problems)
+
+
+@router.get("/api/reports/{key}", summary="One published report: the archived document")
+def get_report(request: Request, key: str, who: Approver) -> dict[str, Any]:
+    return actions.report(web(request).settings, key)
+
+
+@router.get(
+    "/healthz",
+    summary="Whether the checkpointer, the profile store and the archive answer (no token needed)",
+    response_model=HealthOut,
+    responses={503: {"model": HealthOut, "description": "A store does not answer"}},
+)
+def healthz(request: Request) -> JSONResponse:
+    checks = actions.health(web(request).settings)
+    healthy = all(result == "ok" for result in checks.values())
+    body = HealthOut(status="ok" if healthy else "unavailable", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if healthy else 503)

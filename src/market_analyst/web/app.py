@@ -1,0 +1,85 @@
+"""The web inbox and API as one FastAPI app: `create_app(settings)`; `market-analyst serve` runs it."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from market_analyst import __version__
+from market_analyst.settings import Settings
+from market_analyst.web import api, pages
+from market_analyst.web.actions import Refusal
+from market_analyst.web.context import WebContext
+from market_analyst.web.render import HERE
+from market_analyst.web.security import SecurityHeaders
+
+HEADINGS = {
+    401: "Sign in first",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Already decided, or busy",
+    422: "Cannot do that",
+    503: "A store is unavailable",
+}
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/") or request.url.path == "/healthz"
+
+
+def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refusal)
+    if _wants_json(request):
+        body = {"detail": exc.message} | ({"archive_key": exc.archive_key} if exc.archive_key else {})
+        return JSONResponse(body, status_code=exc.status)
+    session = request.app.state.web.sessions.read(request)
+    return pages.page(
+        request,
+        "error.html",
+        session,
+        status=exc.status,
+        heading=HEADINGS.get(exc.status, "Refused"),
+        message=exc.message,
+        archive_key=exc.archive_key,
+        thread_id=request.path_params.get("thread_id"),
+    )
+
+
+def _sign_in_first(request: Request, exc: Exception) -> Response:
+    if request.method == "GET":
+        return RedirectResponse("/login", status_code=303)
+    return _refused(request, Refusal(401, "sign in first: your session has ended or was never started"))
+
+
+def _invalid(request: Request, exc: Exception) -> Response:
+    """Bad input in one message: the first problem, naming the field."""
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path"))
+    message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+    return _refused(request, Refusal(422, message))
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The app over `settings` (read once, at start). It opens no store until a request needs one."""
+    app = FastAPI(
+        title="Market Analyst approval inbox",
+        version=__version__,
+        description=(
+            "Drafts wait here for an approver's decision. Every call but /healthz needs "
+            "'Authorization: Bearer <token>'; a token comes from 'market-analyst approvers add NAME'."
+        ),
+        docs_url=None,  # /docs is a server-rendered page: the stock one loads script from elsewhere
+        redoc_url=None,
+    )
+    app.state.web = WebContext.create(settings)
+    app.add_middleware(SecurityHeaders)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.add_exception_handler(Refusal, _refused)
+    app.add_exception_handler(pages.SignInRequired, _sign_in_first)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    return app

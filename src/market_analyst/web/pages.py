@@ -1,0 +1,242 @@
+"""The server-rendered pages: sign-in, the inbox, a thread's draft with its decisions, the archive.
+
+Plain forms, no script. Each POST form carries the session's CSRF token; a decision is made in the
+name of the signed-in approver, which no form field can change. After a decision the browser is
+sent on with a redirect (303), so reloading a page never repeats one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from market_analyst.web import actions
+from market_analyst.web.actions import Refusal
+from market_analyst.web.chart import chart_svg, chart_title
+from market_analyst.web.context import web
+from market_analyst.web.render import (
+    age,
+    chart_cache_dir,
+    feedback_history,
+    render,
+    report_context,
+    revision_diff,
+)
+from market_analyst.web.security import (
+    Session,
+    TooManyFailures,
+    client_address,
+    csrf_matches,
+    signed_in,
+)
+
+router = APIRouter(include_in_schema=False)
+
+NOTICES = {
+    "revised": "A new draft was made from your feedback; it waits for a decision again.",
+    "rejected": "Rejected: nothing was published.",
+}
+
+
+class SignInRequired(Exception):
+    """The page needs a signed-in approver (GET: redirect to /login; POST: 401)."""
+
+
+@dataclass(frozen=True)
+class Visitor:
+    """A signed-in approver and their session."""
+
+    session: Session
+    name: str
+
+
+def page(
+    request: Request, template: str, session: Session | None, status: int = 200, **context: Any
+) -> Response:
+    """A rendered template; `session` supplies the CSRF token its forms carry."""
+    name = signed_in(web(request).store, session)
+    html = render(
+        template, approver=name, csrf=session.csrf if session else "", max_text=actions.MAX_TEXT, **context
+    )
+    return HTMLResponse(html, status_code=status)
+
+
+def visitor(request: Request) -> Visitor:
+    """The signed-in approver, or `SignInRequired`."""
+    session = web(request).sessions.read(request)
+    name = signed_in(web(request).store, session)
+    if session is None or name is None:
+        raise SignInRequired
+    return Visitor(session, name)
+
+
+def poster(request: Request, csrf_token: Annotated[str, Form()] = "") -> Visitor:
+    """The signed-in approver of a POST form whose CSRF token is the session's; else 401 or 403."""
+    who = visitor(request)
+    if not csrf_matches(who.session, csrf_token):
+        raise Refusal(403, "the form's CSRF token is missing or wrong; reload the page and try again")
+    return who
+
+
+Signed = Annotated[Visitor, Depends(visitor)]
+Posted = Annotated[Visitor, Depends(poster)]
+
+
+# -- signing in and out ------------------------------------------------------------------------------
+
+
+@router.get("/")
+def home() -> Response:
+    return RedirectResponse("/inbox", status_code=303)
+
+
+@router.get("/login")
+def login_form(request: Request) -> Response:
+    context = web(request)
+    session = context.sessions.read(request)
+    if signed_in(context.store, session):
+        return RedirectResponse("/inbox", status_code=303)
+    session = session or context.sessions.fresh()
+    response = page(request, "login.html", session)
+    context.sessions.write(response, request, session)
+    return response
+
+
+@router.post("/login")
+def login(
+    request: Request, token: Annotated[str, Form()] = "", csrf_token: Annotated[str, Form()] = ""
+) -> Response:
+    context = web(request)
+    session = context.sessions.read(request)
+    if not csrf_matches(session, csrf_token):
+        raise Refusal(403, "the sign-in form's CSRF token is missing or wrong; reload the page and try again")
+    client = client_address(request)
+    try:
+        context.limiter.check(client)
+    except TooManyFailures as exc:
+        response = page(request, "login.html", session, status=429, error=str(exc))
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response
+    approver = context.store.authenticate(token.strip()) if token.strip() else None
+    if approver is None:
+        context.limiter.failed(client)
+        return page(request, "login.html", session, status=401, error="That token is not valid.")
+    response = RedirectResponse("/inbox", status_code=303)
+    context.sessions.write(response, request, context.sessions.fresh(approver.name, approver.token_id))
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, who: Posted) -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie("ma_session", path="/")
+    return response
+
+
+# -- the inbox and a thread ----------------------------------------------------------------------------
+
+
+@router.get("/inbox")
+def inbox(request: Request, who: Signed) -> Response:
+    settings = web(request).settings
+    now = settings.now()
+    rows = [dict(row.__dict__, age=age(row.drafted_at, now)) for row in actions.pending(settings)]
+    return page(request, "inbox.html", who.session, rows=rows)
+
+
+@router.get("/threads/{thread_id}")
+def thread_page(request: Request, thread_id: str, who: Signed, done: str = "") -> Response:
+    settings = web(request).settings
+    found = actions.details(settings, thread_id)
+    draft = found.view.draft
+    diff, diff_from = [], None
+    if draft and len(found.drafts) > 1:
+        previous = found.drafts[-2]
+        diff, diff_from = revision_diff(previous["markdown"], draft["markdown"]), previous["revision"]
+    return page(
+        request,
+        "thread.html",
+        who.session,
+        view=found.view,
+        report=draft,
+        drafted=age(found.updated_at, settings.now()),
+        chart_src=f"/threads/{thread_id}/chart.svg" if draft and draft.get("chart") else None,
+        feedback=feedback_history(found.drafts),
+        diff=diff,
+        diff_from=diff_from,
+        notice=NOTICES.get(done),
+    )
+
+
+def _svg(request: Request, report: dict[str, Any] | None) -> Response:
+    if not report or not report.get("chart"):
+        raise Refusal(404, "no chart was recorded with this draft")
+    svg = chart_svg(report["chart"], chart_title(report), chart_cache_dir(web(request).settings))
+    return Response(svg, media_type="image/svg+xml")
+
+
+@router.get("/threads/{thread_id}/chart.svg")
+def thread_chart(request: Request, thread_id: str, who: Signed) -> Response:
+    return _svg(request, actions.thread(web(request).settings, thread_id).draft)
+
+
+@router.post("/threads/{thread_id}/approve")
+def approve(request: Request, thread_id: str, who: Posted, note: Annotated[str, Form()] = "") -> Response:
+    view = actions.approve(web(request).settings, thread_id, approver=who.name, note=note)
+    return RedirectResponse(f"/reports/{(view.publication or {}).get('key')}", status_code=303)
+
+
+@router.post("/threads/{thread_id}/reject")
+def reject(request: Request, thread_id: str, who: Posted, reason: Annotated[str, Form()] = "") -> Response:
+    actions.reject(web(request).settings, thread_id, approver=who.name, reason=reason)
+    return RedirectResponse(f"/threads/{thread_id}?done=rejected", status_code=303)
+
+
+@router.post("/threads/{thread_id}/revise")
+def revise(request: Request, thread_id: str, who: Posted, feedback: Annotated[str, Form()] = "") -> Response:
+    actions.revise(web(request).settings, thread_id, feedback=feedback)
+    return RedirectResponse(f"/threads/{thread_id}?done=revised", status_code=303)
+
+
+# -- the archive ---------------------------------------------------------------------------------------
+
+
+@router.get("/reports")
+def reports(request: Request, who: Signed, q: str = "", ticker: str = "", user: str = "") -> Response:
+    listing = actions.reports(
+        web(request).settings,
+        ticker=ticker.strip().upper() or None,
+        user=user.strip() or None,
+        text=q.strip() or None,
+    )
+    return page(
+        request,
+        "reports.html",
+        who.session,
+        reports=listing.reports,
+        problems=listing.problems,
+        q=q,
+        ticker=ticker,
+        user=user,
+    )
+
+
+@router.get("/reports/{key}")
+def report_page(request: Request, key: str, who: Signed) -> Response:
+    document = actions.report(web(request).settings, key)
+    chart_src = f"/reports/{key}/chart.svg" if document["report"].get("chart") else None
+    return page(request, "report.html", who.session, chart_src=chart_src, **report_context(document))
+
+
+@router.get("/reports/{key}/chart.svg")
+def report_chart(request: Request, key: str, who: Signed) -> Response:
+    return _svg(request, actions.report(web(request).settings, key)["report"])
+
+
+@router.get("/docs")
+def docs(request: Request) -> Response:
+    session = web(request).sessions.read(request)
+    return page(request, "docs.html", session, spec=request.app.openapi())

@@ -1,0 +1,58 @@
+"""`market-analyst serve`: the app on uvicorn, on loopback unless told otherwise."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from market_analyst.errors import UserError
+from market_analyst.settings import Settings
+from market_analyst.web import actions
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (127.0.0.0/8, ::1 or localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(settings: Settings, host: str, allow_remote: bool) -> int:
+    """Refuse an address other machines can reach unless `allow_remote` and an approver exists;
+    returns how many approvers there are."""
+    count = len(actions.approvers(settings).list())
+    if not is_loopback(host):
+        if not allow_remote:
+            raise UserError(
+                f"--host {host} can be reached from other machines; add --allow-remote to mean it "
+                "(and put TLS in front: sign-in tokens and cookies would cross the network)"
+            )
+        if count == 0:
+            raise UserError(
+                "--allow-remote needs at least one approver first: market-analyst approvers add NAME"
+            )
+    return count
+
+
+def warm_up(settings: Settings) -> dict[str, str]:
+    """Check every store once before serving: it starts the embedded PostgreSQL now rather than in
+    the first requests at once, and says early what does not answer (requests then get 503)."""
+    return {store: result for store, result in actions.health(settings).items() if result != "ok"}
+
+
+def serve(settings: Settings, host: str, port: int) -> None:
+    """Run the server until interrupted."""
+    import uvicorn
+
+    from market_analyst.web.app import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        server_header=False,
+        proxy_headers=False,  # the sign-in limit counts the real peer, not a header it sent
+    )

@@ -1,0 +1,122 @@
+"""What the approval inbox reads: the drafts waiting for a decision, one thread with the drafts it
+has had, one archived report, and whether the stores answer. Decisions go through `runs`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from market_analyst.deps import open_archive, open_profiles
+from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.settings import Settings
+from market_analyst.state import validate_thread_id
+from market_analyst.workflow.runs import open_run
+from market_analyst.workflow.views import ThreadView, config_for, view_of
+
+# How far back a thread's history is read for its earlier drafts (a revision adds a few checkpoints).
+HISTORY_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class PendingDraft:
+    """One thread waiting for a decision, as the inbox lists it."""
+
+    thread_id: str
+    ticker: str
+    user_id: str | None
+    question: str
+    recommendation: str
+    confidence: float
+    revision: int
+    drafted_at: str | None  # when the checkpoint holding this draft was written (UTC, ISO 8601)
+
+
+@dataclass(frozen=True)
+class ThreadDetails:
+    """A thread, when its latest checkpoint was written, and the drafts it has had, oldest first
+    (only the current one where the checkpointer keeps no history, as `MA_REDIS_SHALLOW` does)."""
+
+    view: ThreadView
+    updated_at: str | None
+    drafts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def pending_drafts(settings: Settings) -> list[PendingDraft]:
+    """Every thread at the approval gate with no decision yet, newest draft first."""
+    rows = []
+    with open_run(settings) as run:
+        for thread_id in run.backend.thread_ids():
+            view = view_of(run.graph, thread_id)
+            if view is None or view.status != "awaiting_approval" or not view.draft:
+                continue
+            draft = view.draft
+            rows.append(
+                PendingDraft(
+                    thread_id=thread_id,
+                    ticker=draft["ticker"],
+                    user_id=view.user_id,
+                    question=draft["question"],
+                    recommendation=draft["recommendation"],
+                    confidence=draft["confidence"],
+                    revision=draft["revision"],
+                    drafted_at=run.graph.get_state(config_for(thread_id)).created_at,
+                )
+            )
+    return sorted(rows, key=lambda row: (row.drafted_at or "", row.thread_id), reverse=True)
+
+
+def find_thread(settings: Settings, thread_id: str) -> ThreadView | None:
+    """The thread's view, or None when no run has that ID (read without taking its lease)."""
+    validate_thread_id(thread_id)
+    with open_run(settings) as run:
+        return view_of(run.graph, thread_id)
+
+
+def thread_details(settings: Settings, thread_id: str) -> ThreadDetails | None:
+    """The thread with its earlier drafts (for the revision diff), or None when it is unknown."""
+    validate_thread_id(thread_id)
+    with open_run(settings) as run:
+        view = view_of(run.graph, thread_id)
+        if view is None:
+            return None
+        history = list(run.graph.get_state_history(config_for(thread_id), limit=HISTORY_LIMIT))
+    drafts: dict[str, dict[str, Any]] = {}
+    for snapshot in reversed(history):  # oldest first
+        draft = (snapshot.values or {}).get("draft")
+        if draft and draft["draft_id"] not in drafts:
+            drafts[draft["draft_id"]] = draft
+    if view.draft and view.draft["draft_id"] not in drafts:
+        drafts[view.draft["draft_id"]] = view.draft
+    return ThreadDetails(view, history[0].created_at if history else None, list(drafts.values()))
+
+
+def report_by_key(settings: Settings, key: str) -> dict[str, Any] | None:
+    """The archived document under `key`, or None; `UserError` for a key that cannot be one."""
+    return open_archive(settings).get(key)
+
+
+def _writable(root: Path) -> bool:
+    """Whether the archive can be written: the directory, or the nearest ancestor that would hold it."""
+    while not root.exists():
+        root = root.parent
+    return root.is_dir() and os.access(root, os.W_OK | os.X_OK)
+
+
+def check_stores(settings: Settings) -> dict[str, str]:
+    """ "ok", or one line saying what is wrong, for the checkpointer, the profile store and the archive."""
+    results: dict[str, str] = {}
+    try:
+        with open_run(settings):
+            results["checkpointer"] = "ok"
+    except (UserError, ServiceUnavailable) as exc:
+        results["checkpointer"] = str(exc)
+    try:
+        open_profiles(settings).get("health-check")
+        results["profiles"] = "ok"
+    except (UserError, ServiceUnavailable) as exc:
+        results["profiles"] = str(exc)
+    root = open_archive(settings).root
+    results["archive"] = "ok" if _writable(root) else f"cannot write to archive directory {root}"
+    return results

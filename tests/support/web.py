@@ -1,0 +1,92 @@
+"""The web server as the tests meet it: a real `market-analyst serve` process on a free loopback port,
+and an HTTP client that signs in and posts forms the way a browser does."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from tests.support.cli import market_analyst_command
+from tests.support.services import _die_with_parent, free_port, kill_process, stop_process
+
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@dataclass
+class WebServer:
+    """`market-analyst serve` (or `command`, which gets `serve --port N` appended) in its own process."""
+
+    env: dict[str, str]
+    cwd: Path
+    log: Path
+    command: list[str] = field(default_factory=market_analyst_command)
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *args: str, timeout: float = 60) -> WebServer:
+        self.port = free_port()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*self.command, "serve", "--port", str(self.port), *args],
+                cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                httpx.get(self.url + "/static/style.css", timeout=1)
+                return self
+            except httpx.TransportError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise AssertionError(
+                        f"the server did not start: {self.log.read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.1)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        """A client of this server; with `token`, it sends it as a bearer token."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=120)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+    def kill(self) -> None:
+        kill_process(self.proc)
+
+
+class FormClient:
+    """A browser without script: keeps the session cookie and sends each form's CSRF token."""
+
+    def __init__(self, server: WebServer) -> None:
+        self.http = server.client()
+
+    def csrf(self, path: str) -> str:
+        match = CSRF_FIELD.search(self.http.get(path).text)
+        assert match, f"no CSRF token on {path}"
+        return match.group(1)
+
+    def sign_in(self, token: str) -> httpx.Response:
+        return self.http.post("/login", data={"token": token, "csrf_token": self.csrf("/login")})
+
+    def submit(self, form_page: str, action: str, **fields: str) -> httpx.Response:
+        """Post a form found on `form_page`, with that page's CSRF token."""
+        return self.http.post(action, data={"csrf_token": self.csrf(form_page), **fields})
+
+    def page(self, path: str) -> httpx.Response:
+        return self.http.get(path)
