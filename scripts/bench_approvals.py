@@ -22,10 +22,10 @@ from pathlib import Path
 
 import httpx
 
+from market_analyst.services import discard_embedded_postgres
 from market_analyst.settings import Settings
 from market_analyst.workflow import start_analysis
 from market_analyst.workflow.approvers import add_approver
-from market_analyst.workflow.stores import stop_database
 
 MA = Path(sys.executable).with_name("market-analyst")
 
@@ -111,5 +111,5 @@ def run(n: int) -> None:
             server.terminate()
             server.wait(timeout=30)
         cli_p50, _ = _summary("market-analyst approve (a process each)", _cli_approvals(env, cli))
-        stop_database(settings)
+        discard_embedded_postgres(settings.postgres_dir)
     print(f"  ratio at p50: the warm server approves {cli_p50 / web_p50:.1f}x faster")

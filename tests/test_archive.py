@@ -107,8 +107,9 @@ def test_search_by_ticker_user_and_text(tmp_path: Path):
     archive.publish("a", _document("a", ticker="NVDA", user="ann", text="Chips and Data Centres"))
     archive.publish("b", _document("b", ticker="MSFT", user="ann", text="cloud growth"))
     archive.publish("c", _document("c", ticker="NVDA", user="cy", text="gaming"))
-    assert [r.key for r in archive.search(ticker="nvda").reports] == ["a", "c"]
-    assert [r.key for r in archive.search(user_id="ann").reports] == ["a", "b"]
+    # Newest first; these share a time stamp, so the key decides.
+    assert [r.key for r in archive.search(ticker="nvda").reports] == ["c", "a"]
+    assert [r.key for r in archive.search(user_id="ann").reports] == ["b", "a"]
     assert [r.key for r in archive.search(text="data centres").reports] == ["a"]
     assert [r.key for r in archive.search(ticker="NVDA", user_id="cy").reports] == ["c"]
     assert archive.search(text="nowhere").reports == []
@@ -119,7 +120,7 @@ def test_listing_indexes_documents_it_has_not_seen(tmp_path: Path):
     archive = ReportArchive(tmp_path / "reports")
     archive.publish("a", _document("a"))
     (tmp_path / "reports" / "late.json").write_bytes(render_document(_document("late")))
-    assert [r.key for r in archive.list().reports] == ["a", "late"]
+    assert [r.key for r in archive.list().reports] == ["late", "a"]
     (tmp_path / "reports" / "late.json").unlink()
     assert [r.key for r in archive.list().reports] == ["a"]
 

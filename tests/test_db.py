@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.support.cli import Cli, clean_environ
 from tests.support.crashkit import Harness
+from tests.support.services import discard_embedded_postgres
 
 
 def test_db_status_and_stop_follow_the_embedded_server(harness: Harness):
@@ -28,7 +29,7 @@ def test_db_status_and_stop_follow_the_embedded_server(harness: Harness):
         assert "is not running" in cli.ok("db", "status").stdout
         assert "No embedded PostgreSQL runs" in cli.ok("db", "stop").stdout
     finally:
-        cli.run("db", "stop")
+        discard_embedded_postgres(pgdata)
         shutil.rmtree(base, ignore_errors=True)
 
 

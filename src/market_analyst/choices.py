@@ -9,3 +9,11 @@ MarketDataKind = Literal["snapshot", "csv", "yfinance"]
 AnalystKind = Literal["auto", "rules", "llm"]
 RiskTolerance = Literal["conservative", "moderate", "aggressive"]
 Horizon = Literal["short", "medium", "long"]
+ThreadStatus = Literal[
+    "awaiting_approval",  # paused at the gate with a draft and no decision
+    "approved_pending_publish",  # an approval is recorded; publish has not finished
+    "published",
+    "rejected",
+    "in_progress",  # stopped before the gate (a crash, an outage): `resume` continues it
+    "ended",  # finished without a publication or a rejection
+]

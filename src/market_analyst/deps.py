@@ -15,7 +15,7 @@ from market_analyst.persistence.approvers import Approver, ApproverStore
 from market_analyst.persistence.archive import ReportArchive
 from market_analyst.persistence.archive_index import ReportSummary
 from market_analyst.persistence.checkpointers import (
-    embedded_server_pid,
+    embedded_server,
     open_checkpointer,
     stop_embedded_server,
 )
@@ -29,7 +29,7 @@ __all__ = [
     "ReportSummary",
     "build_deps",
     "check_analyst",
-    "embedded_server_pid",
+    "embedded_server",
     "open_analyst",
     "open_approvers",
     "open_archive",
@@ -115,4 +115,5 @@ def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) 
         analyst=open_analyst(settings),
         model=open_model(settings, notify),
         max_steps=settings.llm_max_steps,
+        now=settings.now,
     )

@@ -33,6 +33,10 @@ class ThreadBusy(UserError):
         self.thread_id = thread_id
 
 
+class StaleDraft(UserError):
+    """The draft is older than MA_MAX_DRAFT_AGE allows for an approval."""
+
+
 class RunStopped(Exception):
     """A run that exists stopped on an error: says where the thread stands and how to go on.
 

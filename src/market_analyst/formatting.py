@@ -39,3 +39,12 @@ def printable(text: str) -> str:
     """`text` safe to print on a terminal: control characters (an escape sequence that clears the
     screen, a carriage return that overwrites a line) are shown as `\\x1b`-style escapes instead."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def describe_age(seconds: float) -> str:
+    """An age as people say it: "45 s", "12 min", "5 h", "8 d"."""
+    seconds = int(seconds)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"

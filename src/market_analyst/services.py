@@ -121,3 +121,16 @@ def stop_embedded_postgres(pgdata: Path) -> bool:
     server = _import_pgserver().get_server(pgdata, cleanup_mode=None)
     server.stop()
     return True
+
+
+def discard_embedded_postgres(pgdata: Path) -> None:
+    """Stop the embedded server of `pgdata` and delete its files, wherever they live (as root, the
+    folder `pgdata` links to). For throw-away data directories: benchmarks and tests."""
+    import shutil
+
+    stop_embedded_postgres(pgdata)
+    if pgdata.is_symlink():
+        target = pgdata.resolve()
+        shutil.rmtree(target, ignore_errors=True)
+        target.with_name(f"{target.name}.owner").unlink(missing_ok=True)
+        pgdata.unlink()

@@ -6,9 +6,10 @@ line that names the variable. Nothing else in the package reads the environment.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from contextvars import ContextVar
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -52,11 +53,26 @@ VARIABLES: dict[str, str] = {
     "MA_LLM_ATTEMPTS": "3",
     "MA_LLM_MAX_STEPS": "6",
     "MA_DEBUG": "false",
+    "MA_MAX_DRAFT_AGE": "7d",
 }
 # The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
 MAX_EPOCH = 253_402_300_799
 # A Redis lease lives between one second and one day without renewal.
 LEASE_TTL_BOUNDS = (1.0, 86_400.0)
+
+_DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str, what: str) -> timedelta:
+    """`90d`, `12h`, `30m`, `45s` or `2w` as a duration; `UserError` naming `what` otherwise."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if not match:
+        raise UserError(
+            f"{what} {text!r} is not an age: use a whole number and a unit, such as 90d, 12h or 30m"
+        )
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
 
 # What `load()` reads: the environment (None: the process's own) and the `.env` file (None: none).
 _SOURCES: ContextVar[tuple[Mapping[str, str] | None, Path | None]] = ContextVar(
@@ -126,6 +142,7 @@ class Settings(BaseSettings):
     llm_attempts: int = Field(default=3, ge=1, le=10, validation_alias="MA_LLM_ATTEMPTS")
     llm_max_steps: int = Field(default=6, ge=1, le=30, validation_alias="MA_LLM_MAX_STEPS")
     debug: bool = _var("MA_DEBUG")
+    max_draft_age: timedelta = Field(default=timedelta(days=7), validation_alias="MA_MAX_DRAFT_AGE")
 
     @field_validator("checkpointer", "durability", "market_data", "analyst", mode="before")
     @classmethod
@@ -155,6 +172,16 @@ class Settings(BaseSettings):
             if not 0 <= seconds <= MAX_EPOCH:
                 raise ValueError(f"must be between 0 and {MAX_EPOCH} (the end of the year 9999)")
             return datetime.fromtimestamp(seconds, UTC)
+        return value
+
+    @field_validator("max_draft_age", mode="before")
+    @classmethod
+    def _age(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return parse_duration(value, "age")
+            except UserError as exc:
+                raise ValueError(str(exc).removeprefix("age ")) from None
         return value
 
     @field_validator("qdrant_url", mode="after")

@@ -181,5 +181,7 @@ class AnalystState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]  # the LLM analyst's turns for this revision
     agent_steps: int  # model turns the LLM analyst took for this revision
     draft: dict[str, Any]  # Draft
+    drafted_at: str  # when the draft was made (UTC); kept out of the draft, which has no time stamp
+    started_at: str  # when the thread started (UTC)
     approval: dict[str, Any] | None  # Approval
     publication: dict[str, Any] | None  # Publication

@@ -1,5 +1,7 @@
 """Real servers for the tests: the embedded PostgreSQL binary and a Redis Stack server."""
 
+# discard_embedded_postgres is re-exported for the tests that start a server of their own.
+
 from __future__ import annotations
 
 import os
@@ -18,24 +20,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from market_analyst.services import embedded_postgres_uri, stop_embedded_postgres
+from market_analyst.services import discard_embedded_postgres, embedded_postgres_uri
 from tests.support import REPO
 
 LIBSSL_SCRIPT = REPO / "scripts" / "fetch-libssl.sh"
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
-
-
-def discard_embedded_postgres(pgdata: Path) -> None:
-    """Stop the embedded server of `pgdata` and delete its files, wherever they live (as root they
-    are linked from `pgdata`, see market_analyst.services)."""
-    stop_embedded_postgres(pgdata)
-    if pgdata.is_symlink():
-        target = pgdata.resolve()
-        shutil.rmtree(target, ignore_errors=True)
-        target.with_name(f"{target.name}.owner").unlink(missing_ok=True)
-        pgdata.unlink()
 
 
 @contextmanager

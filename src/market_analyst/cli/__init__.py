@@ -19,7 +19,7 @@ import typer
 # typer 0.29+ vendors click, and only there are its usage errors reachable.
 from typer._click.exceptions import ClickException, UsageError
 
-from market_analyst.cli import approvers, db, profile, reports, runs, serve
+from market_analyst.cli import approvers, db, operate, profile, reports, runs, serve
 from market_analyst.cli.output import guard_output
 from market_analyst.errors import USER_ERROR_EXIT, RunStopped, ServiceUnavailable, UserError
 
@@ -32,6 +32,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 runs.register(app)
+operate.register(app)
 app.add_typer(reports.app, name="reports")
 app.add_typer(db.app, name="db")
 app.add_typer(profile.app, name="profile")

@@ -17,15 +17,20 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Read published reports from the archive.", no_args_is_help=True)
 
 TICKER_OPTION = typer.Option(None, "--ticker", help="Only reports on this ticker.")
+LIMIT_OPTION = typer.Option(50, "--limit", help="Show at most this many, newest first.")
 USER_OPTION = typer.Option(None, "--user", help="Only reports of this user.")
 
 
-def _print_listing(ticker: str | None, user: str | None, text: str | None, json_output: bool) -> None:
+def _print_listing(
+    ticker: str | None, user: str | None, text: str | None, limit: int, json_output: bool
+) -> None:
     from market_analyst.workflow.stores import find_reports
 
-    listing = find_reports(load_settings(), ticker=ticker, user=user, text=text)
+    listing = find_reports(load_settings(), ticker=ticker, user=user, text=text, limit=limit)
     for problem in listing.problems:
         print(f"warning: {problem}", file=sys.stderr)
+    if listing.more:
+        print(f"... and {listing.more} more; raise --limit or narrow the search to see them", file=sys.stderr)
     if json_output:
         emit_json([r.to_json() for r in listing.reports])
         return
@@ -40,10 +45,13 @@ def _print_listing(ticker: str | None, user: str | None, text: str | None, json_
 
 @app.command("list")
 def list_reports(
-    ticker: str = TICKER_OPTION, user: str = USER_OPTION, json_output: bool = JSON_OPTION
+    ticker: str = TICKER_OPTION,
+    user: str = USER_OPTION,
+    limit: int = LIMIT_OPTION,
+    json_output: bool = JSON_OPTION,
 ) -> None:
-    """List published reports, oldest first; unreadable documents are skipped with a warning."""
-    _print_listing(ticker, user, None, json_output)
+    """List published reports, newest first; unreadable documents are skipped with a warning."""
+    _print_listing(ticker, user, None, limit, json_output)
 
 
 @app.command("search")
@@ -51,12 +59,13 @@ def search_reports(
     text: str = typer.Argument(None, help="Text the report must contain (case-insensitive)."),
     ticker: str = TICKER_OPTION,
     user: str = USER_OPTION,
+    limit: int = LIMIT_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Find published reports by text, ticker and user."""
+    """Find published reports by text, ticker and user, newest first."""
     if not (text or ticker or user):
         raise UserError("reports search needs text, --ticker or --user (or use: market-analyst reports list)")
-    _print_listing(ticker, user, text, json_output)
+    _print_listing(ticker, user, text, limit, json_output)
 
 
 @app.command("show")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from market_analyst.choices import CheckpointerKind, Durability, Horizon, MarketDataKind, RiskTolerance
@@ -46,6 +44,11 @@ def approve(
     thread_id: str = typer.Argument(..., help="The thread to approve."),
     user: str = typer.Option(None, "--user", help="Who approves (recorded; MA_APPROVERS may restrict it)."),
     note: str = typer.Option("", "--note", help="A note recorded with the approval."),
+    allow_stale: bool = typer.Option(
+        False,
+        "--allow-stale",
+        help="Approve a draft older than MA_MAX_DRAFT_AGE (revise re-analyses instead).",
+    ),
     durability: Durability | None = typer.Option(None, "--durability", help=DURABILITY_HELP),
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
@@ -55,7 +58,9 @@ def approve(
 
     settings = load_settings(durability=durability, checkpointer=checkpointer)
     with stops_as_json(json_output):
-        view = approve_thread(settings, thread_id, user=user, note=note, progress=progress_printer())
+        view = approve_thread(
+            settings, thread_id, user=user, note=note, allow_stale=allow_stale, progress=progress_printer()
+        )
     if json_output:
         emit_json(view.to_json())
     else:
@@ -146,26 +151,7 @@ def status(
     show(view, json_output)
 
 
-def threads(
-    pending: bool = typer.Option(False, "--pending", help="Only threads waiting for approval."),
-    checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
-    json_output: bool = JSON_OPTION,
-) -> None:
-    """List threads and where each stands."""
-    from market_analyst.workflow import list_threads
-
-    views = list_threads(load_settings(checkpointer=checkpointer), pending_only=pending)
-    if json_output:
-        emit_json([draft_json(v) for v in views])
-        return
-    if not views:
-        print("No threads" + (" wait for approval." if pending else "."), file=sys.stderr)
-    for v in views:
-        rec = (v.draft or {}).get("recommendation", "-")
-        print(f"{v.thread_id}  {v.ticker or '-':<6} {v.status:<26} {rec}")
-
-
 def register(app: typer.Typer) -> None:
     """Add the run commands to the root app."""
-    for command in (analyze, approve, reject, revise, resume, status, threads):
+    for command in (analyze, approve, reject, revise, resume, status):
         app.command()(command)

@@ -6,7 +6,10 @@ import hashlib
 import json
 from typing import Any
 
+from langgraph.runtime import Runtime
+
 from market_analyst.formatting import pct, price, signed_pct
+from market_analyst.ports import Deps
 from market_analyst.rendering import profile_statement, render_markdown
 from market_analyst.state import AnalystState, Draft, ProfileUsed
 
@@ -17,8 +20,9 @@ def draft_id_for(content: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:24]
 
 
-def draft_report(state: AnalystState) -> dict[str, Any]:
-    """Assemble the draft. No clock is read here: the same inputs give the same draft, byte for byte."""
+def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    """Assemble the draft. The draft holds no time: the same inputs give the same draft, byte for byte;
+    when it was made is kept beside it (`drafted_at`), for its age."""
     market, analysis = state["market"], state.get("analysis")
     assert analysis is not None, "draft_report runs only after an analysis"
     figures = market["figures"]
@@ -66,4 +70,5 @@ def draft_report(state: AnalystState) -> dict[str, Any]:
     content["markdown"] = render_markdown(content)
     draft = Draft.model_validate(content)
     # A new draft voids any earlier decision: an approval names the draft it approved.
-    return {"draft": draft.model_dump(mode="json"), "approval": None}
+    drafted_at = runtime.context.now().isoformat(timespec="seconds")
+    return {"draft": draft.model_dump(mode="json"), "drafted_at": drafted_at, "approval": None}

@@ -150,6 +150,21 @@ class ReportArchive:
                     if entry.stat(follow_symlinks=False).st_mtime < cutoff:
                         os.unlink(entry.path)
 
+    def remove(self, key: str) -> bool:
+        """Delete the document under `key` and its index row; False when there was none."""
+        path = self.path_for(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            removed = False
+        except OSError as exc:
+            raise ArchiveError(f"cannot remove {path}: {exc.strerror}") from None
+        else:
+            removed = True
+            self._fsync_root()
+        self.index.remove(key)
+        return removed
+
     # -- reading ----------------------------------------------------------------------------------
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -179,18 +194,26 @@ class ReportArchive:
         )
 
     def search(
-        self, *, ticker: str | None = None, user_id: str | None = None, text: str | None = None
+        self,
+        *,
+        ticker: str | None = None,
+        user_id: str | None = None,
+        text: str | None = None,
+        limit: int = 1_000_000,
     ) -> Listing:
-        """Reports matching every filter given (ticker and user exactly, text as a case-blind
-        substring of the report), oldest first, plus a line for each unreadable document."""
+        """The newest `limit` reports matching every filter given (ticker and user exactly, text as a
+        case-blind substring of the report), a line for each unreadable document, and how many more
+        matched. Only the listed documents are read; the rest of the directory is compared by name."""
         self._check_root()
         if not self.root.is_dir():
             return Listing([], [])
         try:
-            return self.index.search(self.get, (ArchiveError,), ticker=ticker, user_id=user_id, text=text)
+            return self.index.search(
+                self.get, (ArchiveError,), ticker=ticker, user_id=user_id, text=text, limit=limit
+            )
         except sqlite3.OperationalError as exc:
             raise ArchiveError(f"cannot use the archive index {self.index.path}: {exc}") from None
 
     def list(self) -> Listing:
-        """Every readable report, oldest first, plus a line for each unreadable document."""
+        """Every readable report, newest first, plus a line for each unreadable document."""
         return self.search()

@@ -48,10 +48,12 @@ class ReportSummary:
 
 @dataclass(frozen=True)
 class Listing:
-    """Summaries of readable documents, and one line for each document that could not be read."""
+    """Summaries of readable documents, one line for each document that could not be read, and how
+    many more matched than were listed."""
 
     reports: list[ReportSummary]
     problems: list[str]
+    more: int = 0
 
 
 def _row(key: str, document: dict[str, Any], size: int, mtime_ns: int) -> tuple[Any, ...]:
@@ -140,44 +142,91 @@ class ArchiveIndex:
         except (OSError, sqlite3.Error):
             pass  # the next listing indexes it from the document itself
 
-    def _on_disk(self, problems: list[str]) -> dict[str, tuple[int, int]]:
-        """Name, size and modification time of every document file; links are named and skipped."""
-        found: dict[str, tuple[int, int]] = {}
+    def remove(self, key: str) -> None:
+        """Drop the row of a document that was deleted; a failure is left to the next listing."""
+        try:
+            with contextlib.closing(self._connect()) as conn:
+                conn.execute("DELETE FROM reports WHERE key = ?", (key,))
+        except (OSError, sqlite3.Error):
+            pass
+
+    def _names(self, problems: list[str]) -> set[str]:
+        """The keys of the document files, from the directory listing alone (no file is opened or
+        stat'ed); links are named in `problems` and left out."""
+        found = set()
         for entry in os.scandir(self.root):
             if not entry.name.endswith(".json") or entry.name.startswith("."):
                 continue
             if entry.is_symlink():
                 problems.append(f"skipped {entry.path}: a link, not a report")
-                continue
-            if entry.is_file(follow_symlinks=False):
-                stat = entry.stat(follow_symlinks=False)
-                found[entry.name[:-5]] = (stat.st_size, stat.st_mtime_ns)
+            elif entry.is_file(follow_symlinks=False):
+                found.add(entry.name[:-5])
         return found
 
-    def _reconcile(
-        self, conn: sqlite3.Connection, read: Reader, errors: tuple[type[Exception], ...], problems: list[str]
-    ) -> None:
-        """Bring the index in line with the directory, adding a line to `problems` per unreadable document."""
-        on_disk = self._on_disk(problems)
-        indexed = {
-            k: (size, mtime) for k, size, mtime in conn.execute("SELECT key, size, mtime_ns FROM reports")
-        }
-        gone = [k for k in indexed if k not in on_disk]
-        rows = []
-        for key in sorted(k for k, stamp in on_disk.items() if indexed.get(k) != stamp):
+    def _read_rows(
+        self, keys: list[str], read: Reader, errors: tuple[type[Exception], ...], problems: list[str]
+    ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Index rows for `keys`, read from their documents; and the keys that could not be read."""
+        rows, bad = [], []
+        for key in keys:
             try:
+                stat = os.stat(self.root / f"{key}.json", follow_symlinks=False)
                 document = read(key)
+            except FileNotFoundError:
+                bad.append(key)
+                continue
             except errors as exc:
                 problems.append(f"skipped {exc}")
-                gone.append(key)
+                bad.append(key)
                 continue
             if document is not None:
-                rows.append(_row(key, document, *on_disk[key]))
-        if gone or rows:
+                rows.append(_row(key, document, stat.st_size, stat.st_mtime_ns))
+        return rows, bad
+
+    def _apply(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]], gone: list[str]) -> None:
+        if rows or gone:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany("DELETE FROM reports WHERE key = ?", [(k,) for k in gone])
             conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
+
+    def _reconcile(
+        self, conn: sqlite3.Connection, read: Reader, errors: tuple[type[Exception], ...], problems: list[str]
+    ) -> None:
+        """Bring the index's list of documents in line with the directory by name: new documents are
+        read and indexed, rows of documents that went are dropped."""
+        names = self._names(problems)
+        indexed = {key for (key,) in conn.execute("SELECT key FROM reports")}
+        rows, bad = self._read_rows(sorted(names - indexed), read, errors, problems)
+        self._apply(conn, rows, sorted(indexed - names) + bad)
+
+    def _checked(
+        self,
+        conn: sqlite3.Connection,
+        found: list[tuple[Any, ...]],
+        read: Reader,
+        errors: tuple[type[Exception], ...],
+        problems: list[str],
+    ) -> list[ReportSummary]:
+        """The summaries to show, each checked against its file: one changed since it was indexed is
+        read again (and left out, with a line in `problems`, if it no longer reads)."""
+        shown, changed = [], []
+        for *summary, size, mtime in found:
+            key = summary[0]
+            try:
+                stat = os.stat(self.root / f"{key}.json", follow_symlinks=False)
+            except FileNotFoundError:
+                changed.append(key)
+                continue
+            if (stat.st_size, stat.st_mtime_ns) == (size, mtime):
+                shown.append(ReportSummary(*summary))
+                continue
+            changed.append(key)
+        rows, bad = self._read_rows(changed, read, errors, problems)
+        self._apply(conn, rows, bad)
+        fresh = {row[0]: ReportSummary(*row[:8]) for row in rows}
+        order = [summary[0] for *summary, _, _ in found]
+        return sorted([*shown, *fresh.values()], key=lambda r: order.index(r.key))
 
     def _query(
         self,
@@ -185,8 +234,8 @@ class ArchiveIndex:
         read: Reader,
         errors: tuple[type[Exception], ...],
         problems: list[str],
-        filters: dict[str, str | None],
-    ) -> list[ReportSummary]:
+        filters: dict[str, Any],
+    ) -> tuple[list[ReportSummary], int]:
         self._reconcile(conn, read, errors, problems)
         where, args = [], []
         if filters.get("ticker"):
@@ -198,8 +247,14 @@ class ArchiveIndex:
         if filters.get("text"):
             where.append("instr(search_text, ?) > 0")
             args.append(str(filters["text"]).casefold())
-        sql = f"SELECT {_COLUMNS} FROM reports" + (" WHERE " + " AND ".join(where) if where else "")
-        return [ReportSummary(*row) for row in conn.execute(sql + " ORDER BY created_at, key", args)]
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        total = int(conn.execute(f"SELECT count(*) FROM reports{clause}", args).fetchone()[0])
+        newest_first = (
+            f"SELECT {_COLUMNS}, size, mtime_ns FROM reports{clause} ORDER BY created_at DESC, key DESC"
+        )
+        found = conn.execute(newest_first + " LIMIT ?", [*args, filters["limit"]]).fetchall()
+        # What matched beyond the page: the rows the check dropped are gone from the index, not "more".
+        return self._checked(conn, found, read, errors, problems), max(0, total - len(found))
 
     def search(
         self,
@@ -209,14 +264,17 @@ class ArchiveIndex:
         ticker: str | None = None,
         user_id: str | None = None,
         text: str | None = None,
+        limit: int = 50,
     ) -> Listing:
-        """Reconcile, then the summaries matching every filter given, oldest first. An index file that
-        is not a database (overwritten, truncated) is rebuilt from the documents, with one line."""
-        filters = {"ticker": ticker, "user_id": user_id, "text": text}
+        """Reconcile, then the newest `limit` summaries matching every filter given, and how many more
+        match. An index file that is not a database (overwritten, truncated) is rebuilt from the
+        documents, with one line."""
+        filters = {"ticker": ticker, "user_id": user_id, "text": text, "limit": limit}
         problems: list[str] = []
         try:
             with contextlib.closing(self._open()) as conn:
-                return Listing(self._query(conn, read, errors, problems, filters), problems)
+                reports, more = self._query(conn, read, errors, problems, filters)
+                return Listing(reports, problems, more)
         except sqlite3.OperationalError:
             raise  # busy or out of space: the index may be fine; say so rather than discard it
         except sqlite3.DatabaseError as exc:
@@ -225,4 +283,5 @@ class ArchiveIndex:
             ]
         self._discard()
         with contextlib.closing(self._open()) as conn:
-            return Listing(self._query(conn, read, errors, problems, filters), problems)
+            reports, more = self._query(conn, read, errors, problems, filters)
+            return Listing(reports, problems, more)

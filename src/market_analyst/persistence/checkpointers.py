@@ -6,9 +6,11 @@ per-thread lease that belongs to the same backend, and the errors that mean its 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from market_analyst.ports import CheckpointBackend
 from market_analyst.settings import Settings
@@ -36,10 +38,19 @@ def stop_embedded_server(settings: Settings) -> bool:
     return stop_embedded_postgres(settings.postgres_dir)
 
 
-def embedded_server_pid(pgdata: Path) -> int | None:
-    """The PID the embedded server's lock file names, or None when it is not running."""
-    pid_file = pgdata / "postmaster.pid"
+def embedded_server(pgdata: Path) -> dict[str, Any] | None:
+    """The embedded server's PID and socket from its lock file, and whether that process is alive;
+    None when it has no lock file (it is not running)."""
     try:
-        return int(pid_file.read_text().split()[0])
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), lines[3].strip(), lines[4].strip()
     except (OSError, ValueError, IndexError):
         return None
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    except PermissionError:  # alive, but another user's (the server's user, when run as root)
+        alive = True
+    return {"pid": pid, "socket": f"{socket_dir}/.s.PGSQL.{port}", "alive": alive}

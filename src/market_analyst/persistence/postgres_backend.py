@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
+from market_analyst.persistence.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 
@@ -91,7 +92,9 @@ class PostgresBackend:
     saver: Any
     uri: str
     description: str
+    index: PostgresThreadIndex
     embedded: bool = False
+    keeps_history: bool = True
     outage_errors: tuple[type[BaseException], ...] = field(
         default=(psycopg.OperationalError, psycopg.InterfaceError)
     )
@@ -125,6 +128,11 @@ class PostgresBackend:
         finally:
             conn.close()
 
+    def erase_thread(self, thread_id: str) -> int:
+        """Delete the thread's checkpoints; an advisory lock leaves no key behind to delete."""
+        self.saver.delete_thread(thread_id)
+        return 0
+
     def thread_ids(self) -> list[str]:
         """Every thread with at least one checkpoint."""
         with self.saver.conn.cursor() as cur:
@@ -151,7 +159,10 @@ def _schema_current(conn: Any, saver: Any) -> bool:
             return False
         cur.execute("SELECT max(v) AS v FROM checkpoint_migrations")
         row = cur.fetchone()
-    return row is not None and row["v"] is not None and row["v"] >= len(saver.MIGRATIONS) - 1
+        cur.execute(f"SELECT to_regclass('{META}') IS NOT NULL AS present")
+        ours = cur.fetchone()
+    current = row is not None and row["v"] is not None and row["v"] >= len(saver.MIGRATIONS) - 1
+    return current and ours is not None and bool(ours["present"])
 
 
 def _ensure_schema(conn: Any, saver: Any) -> None:
@@ -181,6 +192,8 @@ def _ensure_schema(conn: Any, saver: Any) -> None:
         try:
             if not _schema_current(conn, saver):
                 saver.setup()
+                for statement in POSTGRES_SCHEMA:  # the thread index, beside the checkpoints
+                    cur.execute(statement)
         finally:
             cur.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
 
@@ -197,6 +210,8 @@ def open_postgres(settings: Settings) -> Iterator[PostgresBackend]:
     try:
         saver = PostgresSaver(conn)
         _ensure_schema(conn, saver)
-        yield PostgresBackend(saver=saver, uri=uri, description=description, embedded=embedded)
+        yield PostgresBackend(
+            saver=saver, uri=uri, description=description, index=PostgresThreadIndex(conn), embedded=embedded
+        )
     finally:
         conn.close()

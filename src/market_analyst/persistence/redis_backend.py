@@ -24,6 +24,7 @@ from redis import exceptions as redis_errors
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
+from market_analyst.persistence.thread_index import RedisThreadIndex
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 
@@ -114,6 +115,8 @@ class RedisBackend:
     description: str
     lease_ttl_seconds: float
     fences: _Fences
+    index: RedisThreadIndex
+    keeps_history: bool
     outage_errors: tuple[type[BaseException], ...] = (redis_errors.ConnectionError, redis_errors.TimeoutError)
     restart_hint: str = "when the server is back"
 
@@ -153,6 +156,11 @@ class RedisBackend:
                     return  # expired and possibly taken: the fence check stops the next write
             except Exception:  # a dropped connection: try again on the next tick
                 continue
+
+    def erase_thread(self, thread_id: str) -> int:
+        """Delete the thread's checkpoints and its fencing counter (its lease key goes with the lease)."""
+        self.saver.delete_thread(thread_id)
+        return int(self.client.delete(FENCE_PREFIX + thread_id))
 
     def thread_ids(self) -> list[str]:
         """Every thread with at least one checkpoint, from the saver's search index."""
@@ -270,12 +278,16 @@ def open_redis(settings: Settings) -> Iterator[RedisBackend]:
         saver = saver_class(redis_client=client)
         saver.fences = fences
         _setup(saver)
+        index = RedisThreadIndex(client)
+        index.setup()
         yield RedisBackend(
             saver=saver,
             client=client,
             description=description,
             lease_ttl_seconds=settings.lease_ttl_seconds,
             fences=fences,
+            index=index,
+            keeps_history=not settings.redis_shallow,
         )
     finally:
         client.close()

@@ -98,10 +98,11 @@ router = APIRouter(responses=REFUSALS)
 
 
 def _thread_out(view: actions.ThreadView, details: actions.ThreadDetails | None = None) -> ThreadOut:
+    own = ("archive_key", "updated_at", "draft_ids")
     return ThreadOut(
-        **{k: v for k, v in view.to_json().items() if k in ThreadOut.model_fields},
+        **{k: v for k, v in view.to_json().items() if k in ThreadOut.model_fields and k not in own},
         archive_key=(view.publication or {}).get("key"),
-        updated_at=details.updated_at if details else None,
+        updated_at=details.updated_at if details else view.updated_at,
         draft_ids=[d["draft_id"] for d in details.drafts] if details else [],
     )
 

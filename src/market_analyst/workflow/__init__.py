@@ -3,12 +3,12 @@
 from market_analyst.workflow.revise import revise_thread
 from market_analyst.workflow.runs import (
     approve_thread,
-    list_threads,
     reject_thread,
     resume_thread,
     start_analysis,
     thread_status,
 )
+from market_analyst.workflow.threads import list_threads
 from market_analyst.workflow.views import ThreadStatus, ThreadView
 
 __all__ = [

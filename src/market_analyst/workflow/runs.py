@@ -6,75 +6,19 @@ the saved state first, and returns a `ThreadView` for the CLI to render.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from market_analyst.deps import build_deps, check_analyst, open_checkpointer
-from market_analyst.errors import RunStopped, ServiceUnavailable, UserError
-from market_analyst.graph import build_graph
-from market_analyst.ports import CheckpointBackend, Deps
+from market_analyst.deps import build_deps, check_analyst
+from market_analyst.errors import RunStopped, StaleDraft, UserError
+from market_analyst.formatting import describe_age
+from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import DEFAULT_USER, Approval, validate_thread_id, validate_user_id
+from market_analyst.workflow.session import Progress, Run, open_run
+from market_analyst.workflow.threads import draft_age_seconds, record
 from market_analyst.workflow.views import ThreadView, config_for, decidable_view, require_view, view_of
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class Run:
-    """The compiled graph over an open checkpointer, and the dependencies its nodes get."""
-
-    graph: Any
-    deps: Deps
-    settings: Settings
-    backend: CheckpointBackend
-
-    def advance(self, inputs: Any, thread_id: str, progress: Progress | None) -> None:
-        """Run the thread from its last checkpoint (or from `inputs`) to the gate or the end."""
-        stream = self.graph.stream(
-            inputs,
-            config_for(thread_id),
-            context=self.deps,
-            stream_mode="updates",
-            durability=self.settings.durability,
-        )
-        for update in stream:
-            if progress is not None:
-                for node in update:
-                    if not node.startswith("__"):
-                        progress(node)
-
-
-@contextmanager
-def open_run(
-    settings: Settings,
-    thread_id: str | None = None,
-    deps: Deps | None = None,
-    progress: Progress | None = None,
-) -> Iterator[Run]:
-    """The graph over an open checkpointer, holding the thread's lease if one is named.
-
-    A checkpointer that goes away mid-command becomes one `ServiceUnavailable`: what finished before
-    the last checkpoint is kept, and `resume` continues from there once the server is back."""
-    with open_checkpointer(settings) as backend:
-        try:
-            deps = deps or build_deps(settings, progress)
-            run = Run(build_graph(checkpointer=backend.saver), deps, settings, backend)
-            if thread_id is None:
-                yield run
-            else:
-                with backend.lease(thread_id):
-                    yield run
-        except backend.outage_errors as exc:
-            detail = " ".join(str(exc).split())[:160] or type(exc).__name__
-            then = f"; continue with 'market-analyst resume {thread_id}'" if thread_id else ""
-            raise ServiceUnavailable(
-                f"lost the checkpointer at {backend.description} ({detail}); nothing that finished was lost: "
-                f"{backend.restart_hint}{then}"
-            ) from None
 
 
 def advance(
@@ -84,9 +28,12 @@ def advance(
     (a store that went away is left to `open_run`, which says so)."""
     try:
         run.advance(inputs, thread_id, progress)
+        record(run, thread_id)
     except run.backend.outage_errors:
         raise
     except Exception as exc:
+        with contextlib.suppress(Exception):  # where the thread stands, as far as the store can say
+            record(run, thread_id)
         try:
             view = view_of(run.graph, thread_id)
         except Exception:  # the store is in doubt too: say what is certain
@@ -137,7 +84,17 @@ def start_analysis(
                 f"thread {thread_id} already has a run: see 'market-analyst status {thread_id}' "
                 f"or continue it with 'market-analyst resume {thread_id}'"
             )
-        inputs = {"ticker": symbol, "question": question or "", "user_id": user_id, "feedback": []}
+        now = settings.now().isoformat(timespec="seconds")
+        inputs = {
+            "ticker": symbol,
+            "question": question or "",
+            "user_id": user_id,
+            "feedback": [],
+            "started_at": now,
+        }
+        # Listed from the start: a run killed before its first checkpoint leaves a row the next
+        # listing finds without a thread, and drops.
+        run.backend.index.record(ThreadRow(thread_id, user_id, symbol, "in_progress", now, now))
         advance(run, inputs, thread_id, progress, ticker=symbol)
         return require_view(run.graph, thread_id)
 
@@ -162,9 +119,11 @@ def approve_thread(
     *,
     user: str | None = None,
     note: str = "",
+    allow_stale: bool = False,
     progress: Progress | None = None,
 ) -> ThreadView:
-    """Record an approval of the current draft and resume into `publish`."""
+    """Record an approval of the current draft and resume into `publish`. A draft older than
+    `MA_MAX_DRAFT_AGE` is refused unless `allow_stale`: its data may no longer hold."""
     validate_thread_id(thread_id)
     approver = _user(settings, user)
     if settings.approvers and approver not in settings.approvers:
@@ -174,11 +133,24 @@ def approve_thread(
     with open_run(settings, thread_id, progress=progress) as run:
         view = decidable_view(run.graph, thread_id, "approve", approved_ok=True)
         if view.status == "awaiting_approval":
+            if not allow_stale:
+                _refuse_stale(settings, view)
             approval = _decision(settings, "approved", approver, note, view)
             run.graph.update_state(config_for(thread_id), {"approval": approval})
         # else: an approval was recorded before a crash; finish what it started, without asking again.
         advance(run, None, thread_id, progress)
         return require_view(run.graph, thread_id)
+
+
+def _refuse_stale(settings: Settings, view: ThreadView) -> None:
+    age = draft_age_seconds(view.drafted_at, settings.now())
+    if age is not None and age > settings.max_draft_age.total_seconds():
+        raise StaleDraft(
+            f"the draft of thread {view.thread_id} was made {describe_age(age)} ago, longer than "
+            f"MA_MAX_DRAFT_AGE ({describe_age(settings.max_draft_age.total_seconds())}) allows: "
+            f"'market-analyst revise {view.thread_id} --feedback ...' analyses it again; or approve it "
+            "as it is with --allow-stale"
+        )
 
 
 def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str | None = None) -> ThreadView:
@@ -214,12 +186,3 @@ def thread_status(settings: Settings, thread_id: str) -> ThreadView:
     validate_thread_id(thread_id)
     with open_run(settings) as run:
         return require_view(run.graph, thread_id)
-
-
-def list_threads(settings: Settings, *, pending_only: bool = False) -> list[ThreadView]:
-    """Every thread (or only those awaiting approval), by thread ID."""
-    with open_run(settings) as run:
-        views = [v for t in run.backend.thread_ids() if (v := view_of(run.graph, t)) is not None]
-    if pending_only:
-        views = [v for v in views if v.status == "awaiting_approval"]
-    return views

@@ -8,7 +8,7 @@ from typing import Any
 
 from market_analyst.deps import (
     ReportSummary,
-    embedded_server_pid,
+    embedded_server,
     open_archive,
     open_profiles,
     stop_embedded_server,
@@ -29,15 +29,23 @@ class ReportListing:
     reports: list[ReportSummary]
     problems: list[str]
     root: Path
+    more: int = 0
 
 
 def find_reports(
-    settings: Settings, *, ticker: str | None = None, user: str | None = None, text: str | None = None
+    settings: Settings,
+    *,
+    ticker: str | None = None,
+    user: str | None = None,
+    text: str | None = None,
+    limit: int = 50,
 ) -> ReportListing:
-    """Published reports matching every filter given (all of them without filters), oldest first."""
+    """The newest `limit` published reports matching every filter given, and how many more match."""
+    if limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {limit})")
     archive = open_archive(settings)
-    listing = archive.search(ticker=ticker, user_id=user, text=text)
-    return ReportListing(listing.reports, listing.problems, archive.root)
+    listing = archive.search(ticker=ticker, user_id=user, text=text, limit=limit)
+    return ReportListing(listing.reports, listing.problems, archive.root, listing.more)
 
 
 def read_report(settings: Settings, key: str) -> dict[str, Any]:
@@ -93,16 +101,22 @@ def delete_profile(settings: Settings, user: str | None) -> tuple[str, bool]:
 # -- the embedded PostgreSQL -----------------------------------------------------------------------
 
 
-def database_status(settings: Settings) -> str:
-    """One sentence on the checkpointer's PostgreSQL: a configured server, or the embedded one."""
+def database_status(settings: Settings) -> dict[str, Any]:
+    """The checkpointer's PostgreSQL: a configured server, or the embedded one (where it lives, its
+    PID and socket, whether it runs)."""
+    status: dict[str, Any] = {"data_dir": str(settings.data_dir), "postgres_dir": str(settings.postgres_dir)}
     if settings.postgres_url:
-        return f"POSTGRES_URL is set ({redact_url(settings.postgres_url)}); the embedded server is not used."
-    pid = embedded_server_pid(settings.postgres_dir)
-    if pid is not None:
-        return f"The embedded PostgreSQL runs in {settings.postgres_dir} (pid {pid})."
-    return (
-        f"The embedded PostgreSQL is not running; it starts with the next command ({settings.postgres_dir})."
-    )
+        return status | {"server": "POSTGRES_URL", "url": redact_url(settings.postgres_url), "running": None}
+    server = embedded_server(settings.postgres_dir)
+    running = server is not None and server["alive"]
+    located = settings.postgres_dir.resolve() if settings.postgres_dir.is_symlink() else settings.postgres_dir
+    return status | {
+        "server": "embedded",
+        "files": str(located),
+        "running": running,
+        "pid": server["pid"] if running and server else None,
+        "socket": server["socket"] if running and server else None,
+    }
 
 
 def stop_database(settings: Settings) -> str:

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from market_analyst.choices import ThreadStatus
 from market_analyst.errors import UserError
-
-ThreadStatus = Literal[
-    "awaiting_approval",  # paused at the gate with a draft and no decision
-    "approved_pending_publish",  # an approval is recorded; publish has not finished
-    "published",
-    "rejected",
-    "in_progress",  # stopped before the gate (a crash, an outage): `resume` continues it
-    "ended",  # finished without a publication or a rejection
-]
 
 
 @dataclass
@@ -30,6 +22,9 @@ class ThreadView:
     approval: dict[str, Any] | None = None
     publication: dict[str, Any] | None = None
     checkpoint_id: str | None = None
+    drafted_at: str | None = None  # when the draft was made (UTC ISO)
+    started_at: str | None = None  # when the thread started
+    updated_at: str | None = None  # when its latest checkpoint was written
     message: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -65,9 +60,34 @@ def _status(snapshot: Any, values: dict[str, Any]) -> tuple[ThreadStatus, list[s
     return "ended", next_nodes
 
 
+def read_state(graph: Any, config: dict[str, Any]) -> Any:
+    """The graph's state at `config`, refusing a checkpoint that holds a type strict deserialisation
+    would not load (it would come back as a bare dict and be read wrongly)."""
+    from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
+
+    blocked: list[str] = []
+
+    def listen(event: Any) -> None:
+        if event.get("kind") == "msgpack_blocked":
+            blocked.append(f"{event.get('module')}.{event.get('name')}")
+
+    unregister = register_serde_event_listener(listen)
+    try:
+        snapshot = graph.get_state(config)
+    finally:
+        unregister()
+    if blocked:
+        thread_id, types = config["configurable"]["thread_id"], ", ".join(sorted(set(blocked)))
+        raise UserError(
+            f"thread {thread_id} holds data of a type this program does not load ({types}); it was refused "
+            "rather than read wrongly (LANGGRAPH_STRICT_MSGPACK=true)"
+        )
+    return snapshot
+
+
 def view_of(graph: Any, thread_id: str) -> ThreadView | None:
     """The thread's view, or None when no checkpoint names it."""
-    snapshot = graph.get_state(config_for(thread_id))
+    snapshot = read_state(graph, config_for(thread_id))
     if snapshot.metadata is None and not snapshot.values:
         return None
     values = snapshot.values or {}
@@ -82,6 +102,9 @@ def view_of(graph: Any, thread_id: str) -> ThreadView | None:
         approval=values.get("approval"),
         publication=values.get("publication"),
         checkpoint_id=(snapshot.config or {}).get("configurable", {}).get("checkpoint_id"),
+        drafted_at=values.get("drafted_at"),
+        started_at=values.get("started_at"),
+        updated_at=snapshot.created_at,
     )
 
 

@@ -1,0 +1,121 @@
+"""Retention and erasure, with the savers' own `delete_thread`: `prune` removes finished threads older
+than a cut-off, `forget` erases one user from every store. Neither touches a thread that waits for a
+decision or is being advanced (each deletion holds the thread's lease and re-reads it first), and
+both can simply be run again after a kill: every step is idempotent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from market_analyst.deps import open_archive, open_profiles
+from market_analyst.errors import ThreadBusy
+from market_analyst.ports import ThreadQuery, ThreadRow
+from market_analyst.settings import Settings, parse_duration
+from market_analyst.state import validate_user_id
+from market_analyst.workflow.session import Run, open_run
+from market_analyst.workflow.threads import backfill, record
+from market_analyst.workflow.views import view_of
+
+FINISHED = ("published", "rejected")
+_PAGE = 1000
+
+
+def _all_rows(run: Run, query: ThreadQuery) -> list[ThreadRow]:
+    """Every row matching `query`, a page at a time."""
+    rows: list[ThreadRow] = []
+    while True:
+        page, total = run.backend.index.query(replace(query, offset=len(rows)))
+        rows += page
+        if not page or len(rows) >= total:
+            return rows
+
+
+def _erase(run: Run, row: ThreadRow, allowed: tuple[str, ...] | None) -> tuple[bool, int]:
+    """Delete one thread under its lease if its saved status is still `allowed` (any when None):
+    (deleted, lease keys removed). A thread that is gone already only loses its row."""
+    with run.backend.lease(row.thread_id):
+        view = view_of(run.graph, row.thread_id)
+        if view is not None and allowed is not None and view.status not in allowed:
+            record(run, row.thread_id)  # the row was stale: it is not finished after all
+            return False, 0
+        keys = run.backend.erase_thread(row.thread_id) if view is not None else 0
+        run.backend.index.remove(row.thread_id)
+        return view is not None, keys
+
+
+@dataclass
+class PruneResult:
+    """The finished threads removed (or, with --dry-run, that would be), and those that were busy."""
+
+    threads: list[ThreadRow]
+    busy: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = False) -> PruneResult:
+    """Remove published and rejected threads whose last update is at least `finished_before` old; their
+    reports stay in the archive. A thread awaiting approval or in progress is never removed."""
+    cutoff = (settings.now() - parse_duration(finished_before, "--finished-before")).isoformat(
+        timespec="seconds"
+    )
+    with open_run(settings) as run:
+        backfill(run)
+        rows = _all_rows(run, ThreadQuery(statuses=FINISHED, finished_before=cutoff, limit=_PAGE))
+        candidates = [
+            r for r in rows if (view := view_of(run.graph, r.thread_id)) and view.status in FINISHED
+        ]
+        if dry_run:
+            return PruneResult(candidates, dry_run=True)
+        result = PruneResult([])
+        for row in candidates:
+            try:
+                if _erase(run, row, FINISHED)[0]:
+                    result.threads.append(row)
+            except ThreadBusy:
+                result.busy.append(row.thread_id)
+    return result
+
+
+@dataclass
+class ForgetResult:
+    """What was erased (or would be, with --dry-run), per store."""
+
+    user_id: str
+    threads: list[str] = field(default_factory=list)
+    reports: list[str] = field(default_factory=list)
+    profile: int = 0
+    lease_keys: int = 0
+    busy: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> ForgetResult:
+    """Erase `user` everywhere: the threads they started, their archived reports (documents and index
+    rows), their profile, and the threads' lease keys. Another user's data is not touched."""
+    result = ForgetResult(validate_user_id(user), dry_run=dry_run)
+    with open_run(settings) as run:
+        backfill(run)
+        rows = _all_rows(run, ThreadQuery(user_id=user, limit=_PAGE))
+        for row in rows:
+            if dry_run:
+                result.threads.append(row.thread_id)
+                continue
+            try:
+                erased, keys = _erase(run, row, None)
+            except ThreadBusy:
+                result.busy.append(row.thread_id)
+                continue
+            result.lease_keys += keys
+            if erased:
+                result.threads.append(row.thread_id)
+    archive = open_archive(settings)
+    result.reports = [summary.key for summary in archive.search(user_id=user).reports]
+    profiles = open_profiles(settings)
+    has_profile = profiles.get(user) is not None
+    if not dry_run:
+        for key in result.reports:
+            archive.remove(key)
+        if has_profile:
+            profiles.delete(user)
+    result.profile = int(has_profile)
+    return result

@@ -1,0 +1,72 @@
+"""A command's session with the checkpointer: the compiled graph over an open saver, the thread's
+lease, and the dependencies the nodes get."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from market_analyst.deps import build_deps, open_checkpointer
+from market_analyst.errors import ServiceUnavailable
+from market_analyst.graph import build_graph
+from market_analyst.ports import CheckpointBackend, Deps
+from market_analyst.settings import Settings
+from market_analyst.workflow.views import config_for
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Run:
+    """The compiled graph over an open checkpointer, and the dependencies its nodes get."""
+
+    graph: Any
+    deps: Deps
+    settings: Settings
+    backend: CheckpointBackend
+
+    def advance(self, inputs: Any, thread_id: str, progress: Progress | None) -> None:
+        """Run the thread from its last checkpoint (or from `inputs`) to the gate or the end."""
+        stream = self.graph.stream(
+            inputs,
+            config_for(thread_id),
+            context=self.deps,
+            stream_mode="updates",
+            durability=self.settings.durability,
+        )
+        for update in stream:
+            if progress is not None:
+                for node in update:
+                    if not node.startswith("__"):
+                        progress(f"done: {node}")
+
+
+@contextmanager
+def open_run(
+    settings: Settings,
+    thread_id: str | None = None,
+    deps: Deps | None = None,
+    progress: Progress | None = None,
+) -> Iterator[Run]:
+    """The graph over an open checkpointer, holding the thread's lease if one is named.
+
+    A checkpointer that goes away mid-command becomes one `ServiceUnavailable`: what finished before
+    the last checkpoint is kept, and `resume` continues from there once the server is back."""
+    with open_checkpointer(settings) as backend:
+        try:
+            deps = deps or build_deps(settings, progress)
+            run = Run(build_graph(checkpointer=backend.saver), deps, settings, backend)
+            if thread_id is None:
+                yield run
+            else:
+                with backend.lease(thread_id):
+                    yield run
+        except backend.outage_errors as exc:
+            detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+            then = f"; continue with 'market-analyst resume {thread_id}'" if thread_id else ""
+            raise ServiceUnavailable(
+                f"lost the checkpointer at {backend.description} ({detail}); nothing that finished was lost: "
+                f"{backend.restart_hint}{then}"
+            ) from None

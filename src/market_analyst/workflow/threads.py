@@ -1,0 +1,120 @@
+"""Listing threads as an operator reads them, from the thread index: newest first, filtered, paged.
+
+The index is a cache the commands keep current (a row is written when a thread starts and after
+every command that advances it). The saver stays the truth: each row a listing shows is checked
+against the thread's saved state and corrected, and a backend whose threads predate the index is
+backfilled once, from the saver."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from market_analyst.ports import ThreadQuery, ThreadRow
+from market_analyst.settings import Settings
+from market_analyst.state import validate_user_id
+from market_analyst.workflow.session import open_run
+from market_analyst.workflow.views import ThreadStatus, ThreadView, view_of
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 10_000
+
+
+def row_for(view: ThreadView, now: str) -> ThreadRow:
+    """The index row of a thread as its view shows it, updated `now`."""
+    draft = view.draft or {}
+    return ThreadRow(
+        thread_id=view.thread_id,
+        user_id=view.user_id or "",
+        ticker=view.ticker or "",
+        status=view.status,
+        created_at=view.started_at or view.updated_at or now,
+        updated_at=now,
+        drafted_at=view.drafted_at,
+        revision=int(draft.get("revision") or 0),
+        recommendation=draft.get("recommendation"),
+    )
+
+
+def record(run: Any, thread_id: str) -> None:
+    """Write the thread's row as its saved state stands now (drop it when the thread is gone)."""
+    view = view_of(run.graph, thread_id)
+    if view is None:
+        run.backend.index.remove(thread_id)
+    else:
+        run.backend.index.record(row_for(view, run.settings.now().isoformat(timespec="seconds")))
+
+
+def backfill(run: Any) -> None:
+    """Give every thread the saver holds a row, once (threads made before the index existed)."""
+    index = run.backend.index
+    if index.complete():
+        return
+    for thread_id in run.backend.thread_ids():
+        view = view_of(run.graph, thread_id)
+        if view is not None:
+            index.record(row_for(view, view.updated_at or run.settings.now().isoformat(timespec="seconds")))
+    index.mark_complete()
+
+
+@dataclass(frozen=True)
+class ThreadPage:
+    """The rows shown, and how many more match."""
+
+    rows: list[ThreadRow]
+    more: int
+
+    def to_json(self, now: datetime) -> list[dict[str, Any]]:
+        """The listed fields, with the draft's age in seconds."""
+        return [
+            asdict(row) | {"draft_age_seconds": draft_age_seconds(row.drafted_at, now)} for row in self.rows
+        ]
+
+
+def draft_age_seconds(drafted_at: str | None, now: datetime) -> int | None:
+    """How old a draft made at `drafted_at` is at `now`, in whole seconds."""
+    if not drafted_at:
+        return None
+    return max(0, int((now - datetime.fromisoformat(drafted_at)).total_seconds()))
+
+
+def _checked(run: Any, rows: list[ThreadRow], query: ThreadQuery) -> list[ThreadRow]:
+    """The rows, each checked against the saver: a stale row is corrected, and dropped when it no
+    longer matches the query (a command killed between its checkpoint and its row)."""
+    checked = []
+    for row in rows:
+        view = view_of(run.graph, row.thread_id)
+        if view is None:
+            run.backend.index.remove(row.thread_id)
+            continue
+        if view.status != row.status:
+            row = row_for(view, row.updated_at)
+            run.backend.index.record(row)
+        if not query.statuses or row.status in query.statuses:
+            checked.append(row)
+    return checked
+
+
+def list_threads(
+    settings: Settings,
+    *,
+    statuses: tuple[ThreadStatus, ...] = (),
+    user: str | None = None,
+    ticker: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> ThreadPage:
+    """Threads matching every filter, newest update first, at most `limit`, and how many more match."""
+    from market_analyst.market_data import normalize_ticker
+
+    query = ThreadQuery(
+        statuses=statuses,
+        user_id=validate_user_id(user) if user is not None else None,
+        ticker=normalize_ticker(ticker) if ticker is not None else None,
+        limit=max(1, min(limit, MAX_LIMIT)),
+    )
+    with open_run(settings) as run:
+        backfill(run)
+        rows, total = run.backend.index.query(query)
+        shown = _checked(run, rows, query)
+    return ThreadPage(shown, max(0, total - len(rows)))
