@@ -7,6 +7,7 @@ session ends, so a killed process frees it at once.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from market_analyst.settings import Settings
 
 # A fixed advisory-lock key that serialises schema set-up between processes starting at once.
 _SETUP_LOCK_KEY = 0x6D615F7365747570  # "ma_setup"
+SETUP_WAIT_SECONDS = 60.0
 
 
 def advisory_key(thread_id: str) -> int:
@@ -99,6 +101,32 @@ def _postgres_uri(settings: Settings) -> str:
     return embedded_postgres_uri(settings.postgres_dir)
 
 
+def _set_up_once(conn: Any, saver: Any, description: str) -> None:
+    """Run `saver.setup()` in one process at a time: idempotent, but two processes migrating a new
+    database at once would collide.
+
+    The lock is polled, never waited for inside a statement: setup creates indexes concurrently,
+    which waits for every open transaction, and a statement blocked on the lock is one. A blocking
+    wait deadlocks as soon as a third process arrives while the first is indexing."""
+    deadline = time.monotonic() + SETUP_WAIT_SECONDS
+    with conn.cursor() as cur:
+        while True:
+            cur.execute("SELECT pg_try_advisory_lock(%s) AS locked", (_SETUP_LOCK_KEY,))
+            row = cur.fetchone()
+            if row and row["locked"]:
+                break
+            if time.monotonic() >= deadline:
+                raise UserError(
+                    f"the checkpoint tables on {description} are being set up by another process that "
+                    f"has not finished in {SETUP_WAIT_SECONDS:g} s; try again"
+                )
+            time.sleep(0.05)
+        try:
+            saver.setup()
+        finally:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
+
+
 @contextmanager
 def open_postgres(settings: Settings) -> Iterator[PostgresBackend]:
     """Connect, make sure the checkpoint tables exist, and yield the backend; close it afterwards."""
@@ -109,13 +137,7 @@ def open_postgres(settings: Settings) -> Iterator[PostgresBackend]:
     conn = postgres_connect(uri, description)
     try:
         saver = PostgresSaver(conn)
-        # setup() is idempotent, but two processes migrating a new database at once would collide.
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK_KEY,))
-            try:
-                saver.setup()
-            finally:
-                cur.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
+        _set_up_once(conn, saver, description)
         yield PostgresBackend(saver=saver, uri=uri, description=description)
     finally:
         conn.close()
