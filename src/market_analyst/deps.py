@@ -79,7 +79,8 @@ def open_archive(settings: Settings) -> ReportArchive:
 
 
 def open_profiles(settings: Settings) -> ProfileStore:
-    """The profile store: `QDRANT_URL` if set, else the embedded store in the data directory."""
+    """The profile store: `QDRANT_URL` if set, else the embedded store in the data directory (Qdrant
+    Edge, or local mode with `MA_PROFILE_STORE=local`). Opens nothing until it is used."""
     return ProfileStore.from_settings(settings)
 
 
