@@ -190,3 +190,4 @@ def test_analyze_reads_the_profile_without_importing_qdrant_client(cli: Cli):
 def test_profile_commands_have_help(cli: Cli):
     for command in ("set", "show", "delete"):
         assert "--user" in cli.ok("profile", command, "--help").stdout
+    assert "local-mode folder" in cli.ok("profile", "migrate", "--help").stdout

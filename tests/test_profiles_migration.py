@@ -63,6 +63,19 @@ def test_a_local_mode_store_is_migrated_on_first_use_with_every_profile(cli: Cli
     assert count_points("local", cli.data_dir / "profiles.local-mode-backup") == len(names) + 2
 
 
+def test_profile_migrate_moves_the_folder_and_says_where_the_old_one_is(cli: Cli):
+    names = _local_folder(cli, 20)
+    done = cli.ok("profile", "migrate", "--json").json()
+    assert done == {
+        "store": str(cli.data_dir / "profiles"),
+        "moved": len(names) + 2,
+        "backup": str(cli.data_dir / "profiles.local-mode-backup"),
+    }
+    _assert_every_profile_moved(cli, names)
+    again = cli.ok("profile", "migrate").stdout
+    assert "Nothing to migrate" in again and str(cli.data_dir / "profiles") in again
+
+
 @pytest.mark.parametrize(
     "kill",
     [

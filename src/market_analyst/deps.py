@@ -15,11 +15,12 @@ from market_analyst.persistence.checkpointers import (
     open_checkpointer,
     stop_embedded_server,
 )
-from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.persistence.profiles import Migration, ProfileStore
 from market_analyst.ports import Analyst, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
 __all__ = [
+    "Migration",
     "build_deps",
     "check_analyst",
     "embedded_server_pid",

@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from market_analyst.deps import embedded_server_pid, open_archive, open_profiles, stop_embedded_server
+from market_analyst.deps import (
+    Migration,
+    embedded_server_pid,
+    open_archive,
+    open_profiles,
+    stop_embedded_server,
+)
 from market_analyst.errors import UserError
 from market_analyst.nodes.load_profile import profile_in_use
 from market_analyst.redaction import redact_url
@@ -82,6 +88,11 @@ def delete_profile(settings: Settings, user: str | None) -> tuple[str, bool]:
     """Delete the user's profile; returns the user ID and whether there was one."""
     user_id = _profile_user(settings, user)
     return user_id, open_profiles(settings).delete(user_id)
+
+
+def migrate_profiles(settings: Settings) -> Migration:
+    """Move a Qdrant local-mode folder of profiles to Qdrant Edge now, instead of on first use."""
+    return open_profiles(settings).migrate()
 
 
 # -- the embedded PostgreSQL -----------------------------------------------------------------------
