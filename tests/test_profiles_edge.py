@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from market_analyst.errors import UserError
 from market_analyst.persistence.profiles import ProfileStore
 from market_analyst.state import HORIZONS, RISK_TOLERANCES, Profile
 from tests.support import store_child
@@ -157,3 +158,13 @@ def test_the_store_is_owner_only_keeps_its_log_and_indexes_user_id(tmp_path: Pat
     finally:
         shard.close()
     assert set(schema) == {"user_id"} and schema["user_id"].data_type == PayloadSchemaType.Keyword
+
+
+def test_a_damaged_store_is_one_line_naming_it(tmp_path: Path):
+    store = ProfileStore(path=tmp_path / "profiles")
+    store.update("ann", horizon="long")
+    (tmp_path / "profiles" / "edge_config.json").write_text("not json")
+    with pytest.raises(UserError) as error:
+        store.get("ann")
+    assert str(error.value).startswith(f"cannot open the Qdrant Edge store {tmp_path / 'profiles'}: ")
+    assert "\n" not in str(error.value)

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.persistence.profile_fields import point_id_for
+from market_analyst.persistence.qdrant_profiles import COLLECTION
 from market_analyst.state import Profile
 from tests.support import REPO
 from tests.support.cli import clean_environ
 
 ENGINES = ("edge", "local")
-COLLECTION = "profiles"  # the collection local mode and servers keep profiles in
 
 
 def write_local_mode_folder(path: Path, payloads: Iterable[tuple[str, dict[str, Any]]]) -> None:

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from market_analyst.errors import UserError
 from market_analyst.persistence.profile_session import UPSERT_BATCH, ProfileSession, StoredPoint
 from market_analyst.persistence.store_access import StoreBusy
 
@@ -42,7 +43,8 @@ def load_shard(path: Path) -> EdgeShard:
     except Exception as exc:
         if _LOCKED in str(exc):
             raise StoreBusy(str(path)) from None
-        raise
+        # A damaged or unreadable shard: the user's to restore (the local-mode backup, if any, is whole).
+        raise UserError(f"cannot open the Qdrant Edge store {path}: {' '.join(str(exc).split())}") from None
 
 
 def build_shard(path: Path, points: Sequence[StoredPoint]) -> None:
