@@ -85,4 +85,8 @@ def test_make_bench_runs_every_section():
     """The README's bench command on small data (the real sizes take minutes; see the README)."""
     result = run_make("bench", "BENCH_ARGS=--n 300", timeout=300)
     assert "profiles: 300 stored profiles" in result.stdout
+    # The two embedded engines side by side: a fresh process opening the store, and analyze to the gate.
+    assert "profile-open: a fresh process opens the profile store" in result.stdout
+    assert "open + read one profile" in result.stdout and "Qdrant Edge is" in result.stdout
+    assert "analyze-start:" in result.stdout and "process start to gate" in result.stdout
     assert "reports search --ticker NVDA" in result.stdout and "ratio" in result.stdout
