@@ -140,11 +140,15 @@ def test_kill_9_at_random_moments_of_profile_set_never_leaves_a_mix(cli: Cli, ha
 def test_the_store_is_owner_only_keeps_its_log_and_indexes_user_id(tmp_path: Path):
     previous = os.umask(0o022)
     try:
-        ProfileStore(path=tmp_path / "data" / "profiles").update("ann", horizon="long")
+        store = ProfileStore(path=tmp_path / "data" / "profiles")
+        store.update("ann", horizon="long")
+        store.update("bob", horizon="short")
     finally:
         os.umask(previous)
     profiles = tmp_path / "data" / "profiles"
     assert stat.S_IMODE(profiles.stat().st_mode) == 0o700
+    for path in profiles.rglob("*"):  # what Edge itself created, too
+        assert stat.S_IMODE(path.lstat().st_mode) == (0o700 if path.is_dir() else 0o600), path
     assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700  # created here, so owner-only
     assert stat.S_IMODE((tmp_path / "data" / ".profiles.lock").stat().st_mode) == 0o600
     assert (profiles / "wal").is_dir()

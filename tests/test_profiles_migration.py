@@ -35,6 +35,11 @@ def _local_folder(cli: Cli, users: int) -> list[str]:
 
 def _assert_every_profile_moved(cli: Cli, names: list[str]) -> None:
     profiles = cli.data_dir / "profiles"
+    backup = cli.data_dir / "profiles.local-mode-backup"
+    # Owner-only, checked before anything below opens the shard without the application.
+    for folder in (profiles, backup):
+        for path in [folder, *folder.rglob("*")]:
+            assert stat.S_IMODE(path.lstat().st_mode) == (0o700 if path.is_dir() else 0o600), path
     store = ProfileStore(path=profiles)
     with store.session() as session:
         for name in names:
@@ -44,10 +49,7 @@ def _assert_every_profile_moved(cli: Cli, names: list[str]) -> None:
     with pytest.raises(UserError, match="stored profile of user 'broken' is unreadable"):
         store.get("broken")  # copied as stored, not judged: it is the user's to fix
     assert count_points("edge", profiles) == len(names) + 2
-    backup = cli.data_dir / "profiles.local-mode-backup"
     assert count_points("local", backup) == len(names) + 2  # the old folder is kept, whole
-    for folder in (profiles, backup):
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     leftovers = {p.name for p in cli.data_dir.iterdir()} - {"profiles", "profiles.local-mode-backup"}
     assert not {name for name in leftovers if name.startswith("profiles")}, leftovers
 

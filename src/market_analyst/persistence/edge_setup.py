@@ -29,7 +29,7 @@ from market_analyst.errors import UserError
 from market_analyst.persistence.edge_profiles import build_shard, is_edge_store
 from market_analyst.persistence.profile_session import StoredPoint
 from market_analyst.persistence.qdrant_profiles import all_points, is_local_mode_folder, open_local_client
-from market_analyst.persistence.store_access import fsync_dir, lock_file, private_dir
+from market_analyst.persistence.store_access import fsync_dir, lock_file, private_dir, private_tree
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,7 @@ def _migrate(path: Path) -> Migration:
 def _build(new: Path, points: Sequence[StoredPoint]) -> None:
     shutil.rmtree(new, ignore_errors=True)
     build_shard(private_dir(new), points)
+    private_tree(new)
 
 
 def _mark_ready(new: Path, ready: Path) -> None:
@@ -119,6 +120,7 @@ def _retire(path: Path) -> Path:
         backup = _sibling(path, f".local-mode-backup-{number}")
     os.rename(path, backup)
     os.chmod(backup, 0o700)  # it still holds every profile: owner-only, like the new store
+    private_tree(backup)
     fsync_dir(path.parent)
     return backup
 

@@ -29,7 +29,13 @@ from market_analyst.errors import UserError
 from market_analyst.persistence.edge_setup import Migration, ensure_edge_store, has_store, setup_lock_path
 from market_analyst.persistence.profile_fields import checked_changes, point_id_for
 from market_analyst.persistence.profile_session import ProfileSession
-from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, lock_file, private_dir, wait_while_busy
+from market_analyst.persistence.store_access import (
+    LOCK_WAIT_SECONDS,
+    lock_file,
+    private_dir,
+    private_tree,
+    wait_while_busy,
+)
 from market_analyst.settings import Settings
 from market_analyst.state import Profile, validate_user_id
 
@@ -113,6 +119,7 @@ class ProfileStore:
             yield EdgeSession(shard, now=self._now)
         finally:
             shard.close()
+            private_tree(path)  # Edge creates its files with the umask's modes
 
     @contextmanager
     def _local_mode_session(self, path: Path) -> Iterator[ProfileSession]:
@@ -138,6 +145,7 @@ class ProfileStore:
                 yield QdrantClientSession(client, now=self._now, server=False)
             finally:
                 client.close()
+                private_tree(path)  # so does qdrant-client
 
     def session(self) -> AbstractContextManager[ProfileSession]:
         """One open store for several operations (bulk loads, benchmarks); closed on exit."""

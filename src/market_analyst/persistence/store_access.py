@@ -9,6 +9,7 @@ for a few seconds, then gives up with one line.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator
@@ -48,6 +49,18 @@ def private_dir(path: Path) -> Path:
             continue  # another process made it first
         os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
     return path
+
+
+def private_tree(root: Path) -> None:
+    """Make everything below `root` owner-only (0700 directories, 0600 files): the engines create
+    their files with the umask's modes. Entries that vanish meanwhile (another process compacting
+    the store) are skipped."""
+    for directory, subdirs, files in os.walk(root):
+        for name, mode in [(d, 0o700) for d in subdirs] + [(f, 0o600) for f in files]:
+            path = os.path.join(directory, name)
+            with contextlib.suppress(FileNotFoundError):
+                if not os.path.islink(path):
+                    os.chmod(path, mode)
 
 
 def fsync_dir(path: Path) -> None:
