@@ -172,3 +172,16 @@ def test_a_damaged_store_is_one_line_naming_it(tmp_path: Path):
         store.get("ann")
     assert str(error.value).startswith(f"cannot open the Qdrant Edge store {tmp_path / 'profiles'}: ")
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("engine", ["edge", "local"])
+@pytest.mark.parametrize("where", ["is", "under"])
+def test_a_data_directory_that_is_a_file_is_one_line_naming_it(tmp_path: Path, engine: str, where: str):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    data_dir = blocker if where == "is" else blocker / "data"
+    store = ProfileStore(path=data_dir / "profiles", engine=engine)  # type: ignore[arg-type]
+    with pytest.raises(UserError) as error:
+        store.update("ann", horizon="long")
+    assert str(blocker) in str(error.value) and "\n" not in str(error.value)
+    assert blocker.read_text() == ""

@@ -40,13 +40,17 @@ class StoreBusy(Exception):
 def private_dir(path: Path) -> Path:
     """`path` as a directory, creating it and any missing parents owner-only (0700 whatever the
     umask). Existing directories keep their mode: the embedded PostgreSQL, for one, may need others
-    to traverse the data directory."""
+    to traverse the data directory. A path that cannot be a directory is one `UserError` line."""
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for directory in reversed(missing):
         try:
             directory.mkdir(mode=0o700)
         except FileExistsError:
-            continue  # another process made it first
+            if directory.is_dir():
+                continue  # another process made it first
+            raise UserError(f"cannot create {directory}: a file is in the way") from None
+        except OSError as exc:  # under a file, or in a directory this user cannot write
+            raise UserError(f"cannot create {directory}: {exc.strerror or exc}") from None
         os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
     return path
 
@@ -77,7 +81,10 @@ def lock_file(path: Path, *, shared: bool = False) -> Iterator[None]:
     """Hold an advisory lock on `path` (created owner-only) for the block; `StoreBusy` at once when
     another process holds it in a conflicting mode. The kernel releases it if the process dies."""
     private_dir(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:  # the data directory is a file, or this user cannot write it
+        raise UserError(f"cannot create {path}: {exc.strerror or exc}") from None
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
