@@ -1,7 +1,8 @@
 """Benchmarks, in independent sections: `python scripts/bench.py [SECTION ...] [--n N] [--check]`.
 
-Each section builds its own data in a temporary directory, prints its own lines (the numbers, and
-whether its targets were met) and returns whether they were. With no SECTION every section runs.
+Each section builds its own data in a temporary directory (the profile sections share one pair of
+seeded stores per size), prints its own lines (the numbers, and whether its targets were met) and
+returns whether they were. With no SECTION every section runs.
 `--n` overrides each section's data size for a quick run; `--check` exits 1 when a target is missed
 (timings depend on the machine, so the default is to report, not to judge).
 
@@ -11,116 +12,33 @@ To add a section: write `def bench_NAME(n: int | None) -> bool`, then add it to 
 from __future__ import annotations
 
 import argparse
-import os
-import random
-import statistics
 import sys
-import tempfile
-import time
-import warnings
 from collections.abc import Callable
-from pathlib import Path
 
-from market_analyst.persistence.profiles import COLLECTION, ProfileStore
-from market_analyst.state import HORIZONS, RISK_TOLERANCES, Profile
+import bench_profiles as bench_profiles_module
 
 Section = Callable[[int | None], bool]
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3f} ms"
-
-
-def _scratch_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    # Local mode commits every upserted point to SQLite on its own, which is disk-bound; a memory-backed
-    # directory makes seeding 100,000 profiles take a minute instead of several. The lookups measured
-    # below never touch the disk: local mode serves reads from memory.
-    shm = Path("/dev/shm")
-    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return tempfile.TemporaryDirectory(prefix=prefix, dir=base)
-
-
 def bench_profiles(n: int | None) -> bool:
-    """Profile lookup by exact user ID (point ID + payload check) against a `scroll` over an exact
-    `user_id` filter (the approach of the project this one is based on), in Qdrant local mode."""
-    from qdrant_client import QdrantClient, models
-
+    """Profile lookups by exact user ID on Qdrant Edge, and exact-filter scrolls on both engines."""
     n = n or 100_000
-    lookups, scrolls = 2_000, 5
-    rng = random.Random(20250214)
-    users = [f"user-{i:06d}@example.com" for i in range(n)]
-    print(f"profiles: {n:,} stored profiles, Qdrant local mode")
-    with _scratch_dir("bench-profiles-") as tmp:
-        store = ProfileStore(path=Path(tmp) / "profiles")
-        print(f"  store: {store.path}")
+    print(f"profiles: {n:,} stored profiles, Qdrant Edge and qdrant-client local mode")
+    return bench_profiles_module.lookups(n)
 
-        started = time.perf_counter()
-        with store.session() as session:
-            session.save_many(
-                Profile(
-                    user_id=u,
-                    risk_tolerance=RISK_TOLERANCES[i % 3],  # type: ignore[arg-type]
-                    horizon=HORIZONS[i % 3],  # type: ignore[arg-type]
-                    preferred_sectors=["semiconductors", "software"][: i % 3],
-                    notes=f"profile {i}",
-                )
-                for i, u in enumerate(users)
-            )
-        seeded = time.perf_counter() - started
-        print(f"  seed: {seeded:.1f} s ({_ms(seeded / n)} a profile, batches of 1,000)")
 
-        # What every command pays in local mode: the client loads the whole collection when it opens.
-        started = time.perf_counter()
-        with store.session() as session:
-            opened = time.perf_counter() - started
-            chosen = [rng.choice(users) for _ in range(lookups)]
-            for user in chosen[:50]:  # warm-up
-                session.get(user)
-            times = []
-            for user in chosen:
-                t0 = time.perf_counter()
-                profile = session.get(user)
-                times.append(time.perf_counter() - t0)
-                assert profile is not None and profile.user_id == user
-            assert session.get("nobody@example.com") is None
-        print(f"  open the store: {opened:.2f} s (loads every point; paid once per command in local mode)")
+def bench_profile_open(n: int | None) -> bool:
+    """A fresh process opens the store and reads one profile: Qdrant Edge against local mode."""
+    n = n or 100_000
+    print(f"profile-open: a fresh process opens the profile store and reads one profile ({n:,} profiles)")
+    return bench_profiles_module.fresh_open(n)
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # local mode's "more than 20,000 points" notice
-            client = QdrantClient(path=str(store.path))
-        try:
-            scroll_times = []
-            for user in chosen[:scrolls]:
-                t0 = time.perf_counter()
-                records, _ = client.scroll(
-                    COLLECTION,
-                    scroll_filter=models.Filter(
-                        must=[models.FieldCondition(key="user_id", match=models.MatchValue(value=user))]
-                    ),
-                    limit=1,
-                    with_payload=True,
-                )
-                profile = Profile.model_validate(records[0].payload)
-                scroll_times.append(time.perf_counter() - t0)
-                assert profile.user_id == user
-        finally:
-            client.close()
 
-    lookup_mean = statistics.fmean(times)
-    lookup_median = statistics.median(times)
-    lookup_p99 = sorted(times)[int(len(times) * 0.99) - 1]
-    scroll_mean = statistics.fmean(scroll_times)
-    ratio = scroll_mean / lookup_mean
-    print(
-        f"  lookup by user ID (retrieve + exact payload check), {lookups:,} reads: mean {_ms(lookup_mean)}, "
-        f"median {_ms(lookup_median)}, p99 {_ms(lookup_p99)}"
-    )
-    print(f"  scroll with an exact user_id filter, {scrolls} reads: mean {_ms(scroll_mean)}")
-    print(f"  ratio: lookup is {ratio:,.0f}x faster")
-    met_ratio, met_latency = ratio >= 100, lookup_mean < 0.001
-    print(f"  target at least 100x faster: {'met' if met_ratio else 'MISSED'}")
-    print(f"  target under 1 ms a lookup: {'met' if met_latency else 'MISSED'}")
-    return met_ratio and met_latency
+def bench_analyze_start(n: int | None) -> bool:
+    """`analyze` from process start to the approval gate, with the store of each engine."""
+    n = n or 100_000
+    print(f"analyze-start: 'analyze' from process start to the gate, {n:,} stored profiles")
+    return bench_profiles_module.analyze_start(n)
 
 
 def bench_archive(n: int | None) -> bool:
@@ -143,6 +61,8 @@ def bench_approvals(n: int | None) -> bool:
 
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
+    "profile-open": bench_profile_open,
+    "analyze-start": bench_analyze_start,
     "archive": bench_archive,
     "approvals": bench_approvals,
 }

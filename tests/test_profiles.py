@@ -1,14 +1,17 @@
-"""Profiles through the real CLI, in real processes, on a real Qdrant local store and a real PostgreSQL:
-memory across threads, a profile that changes the analysis, and invalid values refused."""
+"""Profiles through the real CLI, in real processes, on a real Qdrant Edge store and a real PostgreSQL:
+memory across threads, a profile that changes the analysis, invalid values and unreadable profiles
+refused, and `analyze` that reads a profile without loading `qdrant_client`."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
 from tests.support.cli import Cli
-from tests.test_profiles_store import hold_folder
+from tests.support.profiles import hold_store, plant
 
 RANK = {"sell": 0, "hold": 1, "buy": 2}
 
@@ -124,7 +127,7 @@ def test_invalid_user_ids_exit_non_zero_with_one_line(cli: Cli, user: str):
 
 def test_a_store_held_by_another_process_is_one_line_after_a_wait(cli: Cli):
     cli.ok("profile", "set", "--user", "ann", "--horizon", "short")
-    holder = hold_folder(cli.data_dir / "profiles", 60)
+    holder = hold_store("edge", cli.data_dir / "profiles", 60)
     try:
         result = cli.fails("profile", "show", "--user", "ann")
         assert result.returncode == 2
@@ -136,6 +139,58 @@ def test_a_store_held_by_another_process_is_one_line_after_a_wait(cli: Cli):
     assert "short horizon" in cli.ok("profile", "show", "--user", "ann").stdout
 
 
+def test_an_unreadable_stored_profile_is_one_line_and_delete_clears_it(cli: Cli):
+    cli.ok("profile", "set", "--user", "ann", "--horizon", "short")
+    plant("edge", cli.data_dir / "profiles", "ann", {"user_id": "ann", "horizon": "someday"})
+    for args in (("profile", "show", "--user", "ann"), ("analyze", "NVDA", "--user", "ann")):
+        result = cli.fails(*args)
+        assert result.returncode == 2
+        assert "the stored profile of user 'ann' is unreadable (invalid profile horizon" in result.stderr
+        assert "market-analyst profile delete --user ann" in result.stderr
+    cli.ok("profile", "delete", "--user", "ann")
+    assert "No stored profile" in cli.ok("profile", "show", "--user", "ann").stdout
+
+
+def test_a_server_api_key_over_plain_http_adds_no_warning_to_the_error_line(cli: Cli):
+    server = {"QDRANT_URL": "http://127.0.0.1:9", "QDRANT_API_KEY": "not-a-real-key"}
+    result = cli.fails("profile", "show", "--user", "ann", extra_env=server)  # exactly one line on stderr
+    # A server that does not answer is a service that is unavailable (69), said in one line.
+    assert (
+        result.returncode == 69 and "the Qdrant server at http://127.0.0.1:9 did not answer" in result.stderr
+    )
+    assert "not-a-real-key" not in result.stderr
+
+
+def test_analyze_reads_the_profile_without_importing_qdrant_client(cli: Cli):
+    cli.ok("profile", "set", "--user", "ann", "--risk-tolerance", "aggressive")
+    # A fresh interpreter (not the suite's pre-imported fork server), timing every import it makes.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "market_analyst",
+            "analyze",
+            "NVDA",
+            "--user",
+            "ann",
+            "--json",
+        ],
+        cwd=cli.cwd,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '"risk_tolerance": "aggressive"' in result.stdout  # it read the stored profile
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "qdrant_edge" in imported
+    assert not {name for name in imported if name.split(".")[0] == "qdrant_client"}
+
+
 def test_profile_commands_have_help(cli: Cli):
     for command in ("set", "show", "delete"):
         assert "--user" in cli.ok("profile", command, "--help").stdout
+    assert "local-mode folder" in cli.ok("profile", "migrate", "--help").stdout

@@ -1,41 +1,38 @@
-"""The profile store on a real Qdrant local store in a real directory: exact-ID reads that never return
-another user's payload, replacing saves, partial updates, and a folder held by a real second process."""
+"""The profile store on both embedded engines, each a real store in a real directory (a Qdrant Edge
+shard, and a `qdrant-client` local-mode folder): exact-ID reads that never return another user's
+payload, replacing saves, partial updates, bad values, unreadable profiles, and a store held by a
+real second process."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from market_analyst.errors import UserError
-from market_analyst.persistence.profiles import COLLECTION, ProfileStore, point_id_for
+from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.persistence.profiles import ProfileStore
 from market_analyst.settings import Settings
 from market_analyst.state import RISK_TOLERANCES, Profile
 from tests.support.cli import clean_environ
+from tests.support.profiles import ENGINES, count_points, hold_store, plant
 
 FIXED = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> ProfileStore:
-    return ProfileStore(path=tmp_path / "profiles", now=lambda: FIXED, lock_wait_seconds=0.5)
+@pytest.fixture(params=ENGINES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ProfileStore:
+    return ProfileStore(
+        path=tmp_path / "profiles", engine=request.param, now=lambda: FIXED, lock_wait_seconds=0.5
+    )
 
 
-def _plant(path: Path, under_user: str, payload: dict[str, object]) -> None:
-    """Write a point straight through Qdrant, as another writer (or a corruption) might."""
-    from qdrant_client import QdrantClient, models
-
-    client = QdrantClient(path=str(path))
-    try:
-        point = models.PointStruct(id=point_id_for(under_user), vector={}, payload=payload)
-        client.upsert(COLLECTION, points=[point])
-    finally:
-        client.close()
+def _path(store: ProfileStore) -> Path:
+    assert store.path is not None
+    return store.path
 
 
 def test_reads_by_exact_user_id_among_1000_profiles_never_return_another_users_payload(store: ProfileStore):
@@ -57,15 +54,14 @@ def test_reads_by_exact_user_id_among_1000_profiles_never_return_another_users_p
     # never leaks to ann. Mallory's own profile (under her own ID) is unaffected.
     store.save(Profile(user_id="mallory", risk_tolerance="aggressive", notes="mallory's own"))
     planted = Profile(user_id="mallory", risk_tolerance="conservative", notes="planted").model_dump()
-    assert store.path is not None
-    _plant(store.path, "ann", planted)
+    plant(store.engine, _path(store), "ann", planted)
     assert store.get("ann") is None
     assert store.delete("ann") is False  # refusing to read it, the store also refuses to delete it as ann's
     mallory = store.get("mallory")
     assert mallory is not None and mallory.notes == "mallory's own"
 
     # The same with a payload that differs from the requested ID only in case.
-    _plant(store.path, "bob", {**planted, "user_id": "Bob"})
+    plant(store.engine, _path(store), "bob", {**planted, "user_id": "Bob"})
     assert store.get("bob") is None
     # Saving ann's own profile reclaims her point.
     store.save(Profile(user_id="ann", horizon="long"))
@@ -74,21 +70,15 @@ def test_reads_by_exact_user_id_among_1000_profiles_never_return_another_users_p
     assert store.get("user-0500") is not None and store.get("user-0500").user_id == "user-0500"  # type: ignore[union-attr]
 
 
-def test_saving_again_replaces_and_stamps_the_injected_clock(store: ProfileStore, tmp_path: Path):
+def test_saving_again_replaces_and_stamps_the_injected_clock(store: ProfileStore):
     first = store.save(Profile(user_id="ann@example.com", risk_tolerance="conservative"))
     assert first.updated_at == "2025-03-01T12:00:00+00:00"
-    later = ProfileStore(path=tmp_path / "profiles", now=lambda: datetime(2025, 4, 2, tzinfo=UTC))
+    later = ProfileStore(path=_path(store), engine=store.engine, now=lambda: datetime(2025, 4, 2, tzinfo=UTC))
     later.save(Profile(user_id="ann@example.com", risk_tolerance="aggressive"))
     got = store.get("ann@example.com")
     assert got is not None and got.risk_tolerance == "aggressive"
     assert got.updated_at == "2025-04-02T00:00:00+00:00"
-    from qdrant_client import QdrantClient
-
-    client = QdrantClient(path=str(tmp_path / "profiles"))
-    try:
-        assert client.count(COLLECTION).count == 1  # one point per user: the save replaced it
-    finally:
-        client.close()
+    assert count_points(store.engine, _path(store)) == 1  # one point per user: the save replaced it
 
 
 def test_update_changes_only_the_given_fields(store: ProfileStore):
@@ -134,57 +124,58 @@ def test_invalid_user_ids_are_refused(store: ProfileStore, user_id: str):
             call()
 
 
-def test_reading_a_store_that_was_never_written_creates_nothing(tmp_path: Path):
-    store = ProfileStore(path=tmp_path / "never")
-    assert store.get("ann") is None and store.delete("ann") is False
-    assert not (tmp_path / "never").exists()
-
-
-def test_from_settings_chooses_local_mode_or_a_server(tmp_path: Path):
-    local = ProfileStore.from_settings(Settings.load(environ={"MA_DATA_DIR": str(tmp_path)}, dotenv=None))
-    assert local.path == tmp_path / "profiles" and local.url is None
-    server = ProfileStore.from_settings(
-        Settings.load(environ={"MA_DATA_DIR": str(tmp_path), "QDRANT_URL": "http://127.0.0.1:9"}, dotenv=None)
+def test_an_unreadable_stored_profile_is_one_line_that_says_how_to_fix_it(store: ProfileStore):
+    store.save(Profile(user_id="ann", horizon="long"))
+    plant(
+        store.engine, _path(store), "ann", {"user_id": "ann", "risk_tolerance": "reckless", "horizon": "long"}
     )
+    for call in (lambda: store.get("ann"), lambda: store.update("ann", notes="x")):
+        with pytest.raises(UserError) as error:
+            call()
+        message = str(error.value)
+        assert "\n" not in message and "stored profile of user 'ann' is unreadable" in message
+        assert "risk_tolerance" in message and "market-analyst profile delete --user ann" in message
+    # The fix it names works: delete removes the unreadable point, then a new profile can be set.
+    assert store.delete("ann") is True
+    assert store.get("ann") is None
+    assert store.update("ann", risk_tolerance="aggressive").risk_tolerance == "aggressive"
+
+
+def test_reading_a_store_that_was_never_written_creates_nothing(tmp_path: Path):
+    for engine in ENGINES:
+        store = ProfileStore(path=tmp_path / "never", engine=engine)  # type: ignore[arg-type]
+        assert store.get("ann") is None and store.delete("ann") is False
+        assert not (tmp_path / "never").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_from_settings_chooses_the_embedded_engine_or_a_server(tmp_path: Path):
+    def store_for(**environ: str) -> ProfileStore:
+        return ProfileStore.from_settings(
+            Settings.load(environ={"MA_DATA_DIR": str(tmp_path), **environ}, dotenv=None)
+        )
+
+    edge = store_for()
+    assert edge.path == tmp_path / "profiles" and edge.url is None and edge.engine == "edge"
+    assert store_for(MA_PROFILE_STORE="Local").engine == "local"
+    server = store_for(QDRANT_URL="http://127.0.0.1:9", MA_PROFILE_STORE="local")
     assert server.url == "http://127.0.0.1:9" and server.path is None
+    with pytest.raises(UserError, match="MA_PROFILE_STORE='sqlite'"):
+        store_for(MA_PROFILE_STORE="sqlite")
 
 
 def test_an_unreachable_server_is_one_clear_line():
     store = ProfileStore(url="http://127.0.0.1:9")  # nothing listens on the discard port
-    with pytest.raises(UserError, match=r"the Qdrant server at http://127.0.0.1:9 failed") as error:
+    with pytest.raises(
+        ServiceUnavailable, match=r"the Qdrant server at http://127.0.0.1:9 did not answer"
+    ) as error:
         store.get("ann")
     assert "\n" not in str(error.value)
 
 
-HOLDER = textwrap.dedent(
-    """
-    import sys, time
-    from qdrant_client import QdrantClient
-    client = QdrantClient(path=sys.argv[1])
-    print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
-    client.close()
-    print("released", flush=True)
-    """
-)
-
-
-def hold_folder(path: Path, seconds: float) -> subprocess.Popen[str]:
-    """A real second process that opens the local store and keeps it for `seconds`."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path), str(seconds)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=clean_environ(),
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    return proc
-
-
-def test_a_folder_held_by_another_process_is_waited_for_then_refused(store: ProfileStore):
+def test_a_store_held_by_another_process_is_waited_for_then_refused(store: ProfileStore):
     store.save(Profile(user_id="ann"))
-    assert store.path is not None
-    holder = hold_folder(store.path, 30)
+    holder = hold_store(store.engine, _path(store), 30)
     try:
         started = time.monotonic()
         with pytest.raises(UserError, match="in use by another process") as error:
@@ -194,28 +185,28 @@ def test_a_folder_held_by_another_process_is_waited_for_then_refused(store: Prof
     finally:
         holder.kill()
         holder.wait()
-    assert store.get("ann") is not None  # the holder is gone: the folder is free again
+    assert store.get("ann") is not None  # the holder is gone (killed): the store is free again
 
 
-def test_a_folder_released_within_the_wait_is_used(tmp_path: Path):
-    store = ProfileStore(path=tmp_path / "profiles", lock_wait_seconds=30)
+def test_a_store_released_within_the_wait_is_used(store: ProfileStore):
     store.save(Profile(user_id="ann", horizon="long"))
-    holder = hold_folder(tmp_path / "profiles", 1.0)
+    patient = ProfileStore(path=_path(store), engine=store.engine, lock_wait_seconds=30)
+    holder = hold_store(store.engine, _path(store), 1.0)
     try:
-        got = store.get("ann")  # blocks until the holder closes its client
+        got = patient.get("ann")  # retries with backoff until the holder closes the store
         assert got is not None and got.horizon == "long"
     finally:
         holder.wait(timeout=30)
     assert holder.stdout is not None and holder.stdout.read().strip() == "released"
 
 
-def test_commands_that_do_not_touch_profiles_do_not_import_qdrant():
+def test_commands_that_do_not_touch_profiles_import_no_store_library():
     code = (
         "import sys, market_analyst.cli, market_analyst.workflow, market_analyst.graph, market_analyst.deps; "
         "from market_analyst.settings import Settings; from market_analyst.deps import build_deps; "
         "build_deps(Settings.load(environ={}, dotenv=None)); "
-        "print('qdrant_client' in sys.modules)"
+        "print(sorted(m for m in ('qdrant_client', 'qdrant_edge') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_environ())
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False"
+    assert result.stdout.strip() == "[]"

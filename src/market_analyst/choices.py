@@ -7,6 +7,7 @@ Durability = Literal["sync", "async", "exit"]
 CheckpointerKind = Literal["postgres", "redis"]
 MarketDataKind = Literal["snapshot", "csv", "yfinance"]
 AnalystKind = Literal["auto", "rules", "llm"]
+ProfileStoreKind = Literal["edge", "local"]
 RiskTolerance = Literal["conservative", "moderate", "aggressive"]
 Horizon = Literal["short", "medium", "long"]
 ThreadStatus = Literal[

@@ -19,13 +19,14 @@ from market_analyst.persistence.checkpointers import (
     open_checkpointer,
     stop_embedded_server,
 )
-from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.persistence.profiles import Migration, ProfileStore
 from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
 __all__ = [
     "Approver",
     "ApproverStore",
+    "Migration",
     "ReportSummary",
     "build_deps",
     "check_analyst",
@@ -101,7 +102,8 @@ def open_approvers(settings: Settings) -> ApproverStore:
 
 
 def open_profiles(settings: Settings) -> ProfileStore:
-    """The profile store: `QDRANT_URL` if set, else the embedded store in the data directory."""
+    """The profile store: `QDRANT_URL` if set, else the embedded store in the data directory (Qdrant
+    Edge, or local mode with `MA_PROFILE_STORE=local`). Opens nothing until it is used."""
     return ProfileStore.from_settings(settings)
 
 

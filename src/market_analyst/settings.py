@@ -23,7 +23,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from market_analyst.choices import AnalystKind, CheckpointerKind, Durability, MarketDataKind
+from market_analyst.choices import AnalystKind, CheckpointerKind, Durability, MarketDataKind, ProfileStoreKind
 from market_analyst.errors import UserError
 from market_analyst.redaction import SECRET_VARIABLES, URL_VARIABLES, redact_url
 
@@ -41,6 +41,7 @@ VARIABLES: dict[str, str] = {
     "MA_ARCHIVE_DIR": "",
     "QDRANT_URL": "",
     "QDRANT_API_KEY": "",
+    "MA_PROFILE_STORE": "edge",
     "MA_USER": "",
     "MA_APPROVERS": "",
     "MA_LEASE_TTL_SECONDS": "30",
@@ -120,6 +121,7 @@ class Settings(BaseSettings):
     archive_dir_override: Path | None = _var("MA_ARCHIVE_DIR")
     qdrant_url: str | None = Field(default=None, validation_alias="QDRANT_URL", repr=False)
     qdrant_api_key: SecretStr | None = _var("QDRANT_API_KEY")
+    profile_store: ProfileStoreKind = _var("MA_PROFILE_STORE")
     user: str | None = _var("MA_USER")
     approvers: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(), validation_alias="MA_APPROVERS"
@@ -144,7 +146,7 @@ class Settings(BaseSettings):
     debug: bool = _var("MA_DEBUG")
     max_draft_age: timedelta = Field(default=timedelta(days=7), validation_alias="MA_MAX_DRAFT_AGE")
 
-    @field_validator("checkpointer", "durability", "market_data", "analyst", mode="before")
+    @field_validator("checkpointer", "durability", "market_data", "analyst", "profile_store", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
@@ -227,7 +229,7 @@ class Settings(BaseSettings):
 
     @property
     def profiles_dir(self) -> Path:
-        """The embedded Qdrant store used when no `QDRANT_URL` is set."""
+        """The embedded profile store (Qdrant Edge, or local mode) used when no `QDRANT_URL` is set."""
         return self.data_dir / "profiles"
 
     @property

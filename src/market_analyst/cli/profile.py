@@ -96,3 +96,23 @@ def delete_profile(
         print(f"Deleted the profile of user {user_id!r}; runs now use the defaults.")
     else:
         print(f"No stored profile for user {user_id!r}; nothing to delete.")
+
+
+@app.command("migrate")
+def migrate_profiles(json_output: bool = JSON_OPTION) -> None:
+    """Move profiles from a Qdrant local-mode folder (earlier versions' store) to Qdrant Edge now.
+
+    Every command does this on first use; the old folder is kept beside the new store."""
+    from market_analyst.workflow.stores import migrate_profiles as migrate
+
+    done = migrate(load_settings())
+    backup = str(done.backup) if done.backup else None
+    if json_output:
+        emit_json({"store": str(done.store), "moved": done.moved, "backup": backup})
+    elif backup:
+        print(
+            f"Moved {done.moved} profiles from the Qdrant local-mode folder to Qdrant Edge in "
+            f"{done.store}; the old folder is kept as {backup} (delete it once you no longer need it)."
+        )
+    else:
+        print(f"Nothing to migrate: {done.store} holds no Qdrant local-mode folder.")

@@ -53,3 +53,19 @@ def checked_changes(
     except ValidationError as exc:
         raise UserError(one_line_validation_error(exc)) from None
     return {k: getattr(checked, k) for k in given}
+
+
+def stored_profile(user_id: str, payload: dict[str, Any] | None) -> Profile | None:
+    """The profile in a stored point's `payload`, read for exactly `user_id`: None when there is no
+    point, or when its payload names anyone else (a point ID is only where to look; the exact match is
+    what keeps users apart). A payload of this user that no longer validates is a `UserError`."""
+    if payload is None or payload.get("user_id") != user_id:
+        return None
+    try:
+        return Profile.model_validate(payload)
+    except ValidationError as exc:
+        problem = one_line_validation_error(exc)
+        raise UserError(
+            f"the stored profile of user {user_id!r} is unreadable ({problem}); remove it with "
+            f"'market-analyst profile delete --user {user_id}', then set it again with 'profile set'"
+        ) from None

@@ -1,40 +1,41 @@
 """User profiles in Qdrant: cross-thread memory, read by exact user ID, never by similarity.
 
 One point per user. Its ID is the uuid5 of the user ID, so saving again replaces the profile, and a
-read is a point lookup (`retrieve`) whose payload must name exactly the requested user: a point that
-names anyone else is treated as absent, never returned. The collection has no vectors at all; Qdrant
-accepts payload-only collections in local mode and on a server, so nothing is embedded.
+read is a point lookup whose payload must name exactly the requested user: a point that names anyone
+else is treated as absent, never returned. Points carry no vectors, so nothing is embedded.
 
-Qdrant local mode (the default, in `MA_DATA_DIR/profiles`) allows one process per folder, so the store
-opens its client for one operation and closes it, waiting briefly when another process holds the
-folder. `qdrant_client` costs about a second to import, so it is imported only when a profile is
-actually read or written.
+Three engines hold the points:
+
+- Qdrant Edge (the default, `MA_DATA_DIR/profiles`): Qdrant's engine in-process. A folder that
+  `qdrant-client` local mode wrote there is migrated on first use (`edge_setup`).
+- `qdrant-client` local mode (`MA_PROFILE_STORE=local`), for platforms without an Edge wheel.
+- A Qdrant server (`QDRANT_URL`), through `qdrant-client`: several machines, many writers.
+
+Both embedded engines admit one process at a time, so the store is opened for one operation and
+closed, waiting briefly (`store_access`) when another process holds it. `qdrant_client` is imported
+only when a server or a local-mode folder is used: reading a profile from Edge does without it.
 """
 
 from __future__ import annotations
 
-import time
-import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from market_analyst.errors import UserError
+from market_analyst.choices import ProfileStoreKind
+from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.files import private_dir, private_tree
+from market_analyst.persistence.edge_setup import Migration, ensure_edge_store, has_store, setup_lock_path
 from market_analyst.persistence.profile_fields import checked_changes, point_id_for
-from market_analyst.persistence.qdrant_profiles import COLLECTION, ProfileSession
+from market_analyst.persistence.profile_session import ProfileSession
+from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, lock_file, wait_while_busy
+from market_analyst.redaction import redact_url, scrub, secrets_of
 from market_analyst.settings import Settings
 from market_analyst.state import Profile, validate_user_id
 
-if TYPE_CHECKING:
-    from qdrant_client import QdrantClient
-
-__all__ = ["COLLECTION", "ProfileSession", "ProfileStore", "point_id_for"]
-
-LOCK_WAIT_SECONDS = 5.0
-_FOLDER_HELD = "already accessed by another instance"
+__all__ = ["Migration", "ProfileSession", "ProfileStore", "point_id_for"]
 
 
 def _utc_now() -> datetime:
@@ -42,9 +43,10 @@ def _utc_now() -> datetime:
 
 
 class ProfileStore:
-    """Profiles in Qdrant local mode (`path`) or on a Qdrant server (`url`). Satisfies `ProfileReader`.
+    """Profiles in an embedded store at `path` (Qdrant Edge, or local mode with `engine="local"`) or
+    on a Qdrant server (`url`). Satisfies `ProfileReader`.
 
-    Constructing it opens nothing; each method opens a client for that one operation and closes it.
+    Constructing it opens nothing; each method opens the store for that one operation and closes it.
     """
 
     def __init__(
@@ -53,79 +55,118 @@ class ProfileStore:
         path: Path | None = None,
         url: str | None = None,
         api_key: str | None = None,
+        engine: ProfileStoreKind = "edge",
         now: Callable[[], datetime] = _utc_now,
         lock_wait_seconds: float = LOCK_WAIT_SECONDS,
     ) -> None:
         if (path is None) == (url is None):
-            raise ValueError("ProfileStore needs exactly one of path (local mode) or url (server)")
+            raise ValueError("ProfileStore needs exactly one of path (embedded) or url (server)")
         self.path = path
         self.url = url
+        self.engine = engine
         self._api_key = api_key
         self._now = now
         self._lock_wait_seconds = lock_wait_seconds
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ProfileStore:
-        """The store `settings` describe: `QDRANT_URL` if set, else local mode in the data directory."""
+        """The store `settings` describe: `QDRANT_URL` if set, else the embedded engine
+        `MA_PROFILE_STORE` names, in the data directory."""
         if settings.qdrant_url:
             return cls(url=settings.qdrant_url, api_key=settings.secret("qdrant_api_key"), now=settings.now)
-        return cls(path=settings.profiles_dir, now=settings.now)
+        return cls(path=settings.profiles_dir, engine=settings.profile_store, now=settings.now)
 
     @property
     def location(self) -> str:
         """Where the profiles live, for messages (a server URL or a local folder)."""
         return self.url or str(self.path)
 
-    def _open_local(self) -> QdrantClient:
-        from qdrant_client import QdrantClient
-
-        assert self.path is not None
-        private_dir(self.path, "the profile store")
-        deadline = time.monotonic() + self._lock_wait_seconds
-        while True:
-            try:
-                with warnings.catch_warnings():
-                    # Opening a store of more than 20,000 points warns on stderr; a command prints one line.
-                    warnings.simplefilter("ignore", UserWarning)
-                    return QdrantClient(path=str(self.path))
-            except RuntimeError as exc:
-                if _FOLDER_HELD not in str(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise UserError(
-                        f"the profile store {self.path} is in use by another process (Qdrant local mode "
-                        f"allows one process per folder); waited {self._lock_wait_seconds:g} s: try again "
-                        "when it finishes, or set QDRANT_URL to use a Qdrant server"
-                    ) from None
-                time.sleep(0.1)
-
-    def _open_server(self) -> QdrantClient:
-        from qdrant_client import QdrantClient
-
-        # No version check on connect: it warns on stderr when the server is down, and the first
-        # request reports that anyway, as one line.
-        return QdrantClient(url=self.url, api_key=self._api_key, check_compatibility=False)
+    def _wait(self, attempt: Callable[[], Any]) -> Any:
+        return wait_while_busy(attempt, location=self.location, seconds=self._lock_wait_seconds)
 
     @contextmanager
-    def session(self) -> Iterator[ProfileSession]:
-        """One open client for several operations (bulk loads, benchmarks); closed on exit."""
-        client = self._open_server() if self.url else self._open_local()
+    def _server_session(self, url: str) -> Iterator[ProfileSession]:
+        from market_analyst.persistence.qdrant_profiles import (
+            QdrantClientSession,
+            is_server_error,
+            open_server_client,
+            server_refused,
+        )
+
+        client = open_server_client(url, self._api_key)
         try:
-            yield ProfileSession(client, now=self._now, server=self.url is not None)
+            yield QdrantClientSession(client, now=self._now, server=True)
         except Exception as exc:
-            if self.url and _is_server_error(exc):
-                raise UserError(f"the Qdrant server at {self.url} failed: {exc}") from None
-            raise
+            if not is_server_error(exc):
+                raise
+            where, reason = redact_url(url), scrub(" ".join(str(exc).split())[:200], secrets_of(url))
+            if server_refused(exc):
+                raise UserError(f"the Qdrant server at {where} refused the request: {reason}") from None
+            raise ServiceUnavailable(
+                f"the Qdrant server at {where} did not answer ({reason}); nothing was written"
+            ) from None
         finally:
             client.close()
-            if self.path is not None:
-                private_tree(self.path)  # qdrant-client creates its files with the umask's modes
+
+    @contextmanager
+    def _edge_session(self, path: Path) -> Iterator[ProfileSession]:
+        from market_analyst.persistence.edge_profiles import EdgeSession, load_shard
+
+        def attempt() -> Any:
+            ensure_edge_store(path)
+            return load_shard(path)
+
+        shard = self._wait(attempt)
+        try:
+            yield EdgeSession(shard, now=self._now)
+        finally:
+            shard.close()
+            private_tree(path)  # Edge creates its files with the umask's modes
+
+    @contextmanager
+    def _local_mode_session(self, path: Path) -> Iterator[ProfileSession]:
+        from market_analyst.persistence.edge_profiles import is_edge_store
+        from market_analyst.persistence.qdrant_profiles import QdrantClientSession, open_local_client
+
+        def attempt() -> tuple[ExitStack, Any]:
+            with ExitStack() as held:
+                # Shared: local-mode users keep a migration to Edge out, not one another (the
+                # folder's own lock does that).
+                held.enter_context(lock_file(setup_lock_path(path), shared=True))
+                if is_edge_store(path):
+                    raise UserError(
+                        f"{path} is a Qdrant Edge store, and MA_PROFILE_STORE=local reads only Qdrant "
+                        "local-mode folders: set MA_PROFILE_STORE=edge (the default) to use it"
+                    )
+                client = open_local_client(private_dir(path, "the profile store"))
+                return held.pop_all(), client
+
+        held, client = self._wait(attempt)
+        with held:
+            try:
+                yield QdrantClientSession(client, now=self._now, server=False)
+            finally:
+                client.close()
+                private_tree(path)  # so does qdrant-client
+
+    def session(self) -> AbstractContextManager[ProfileSession]:
+        """One open store for several operations (bulk loads, benchmarks); closed on exit."""
+        if self.url is not None:
+            return self._server_session(self.url)
+        assert self.path is not None
+        if self.engine == "local":
+            return self._local_mode_session(self.path)
+        return self._edge_session(self.path)
+
+    def _absent(self) -> bool:
+        # Nothing was ever saved: no need to create the folder or import a client.
+        return self.path is not None and not has_store(self.path)
 
     def get(self, user_id: str) -> Profile | None:
         """The profile stored for exactly `user_id`, or None."""
         user_id = validate_user_id(user_id)
-        if self.path is not None and not self.path.exists():
-            return None  # nothing was ever saved: no need to create the folder or import the client
+        if self._absent():
+            return None
         with self.session() as session:
             return session.get(user_id)
 
@@ -143,14 +184,19 @@ class ProfileStore:
     def delete(self, user_id: str) -> bool:
         """Remove the user's profile; False when there was none."""
         user_id = validate_user_id(user_id)
-        if self.path is not None and not self.path.exists():
+        if self._absent():
             return False
         with self.session() as session:
             return session.delete(user_id)
 
-
-def _is_server_error(exc: Exception) -> bool:
-    """A refused or failed request to a server (down, wrong key): the user's to fix, not a bug."""
-    from qdrant_client.http.exceptions import ApiException
-
-    return isinstance(exc, ApiException | ConnectionError)
+    def migrate(self) -> Migration:
+        """Move a local-mode folder at the store's path to Qdrant Edge now (every command would
+        otherwise do it on first use); says what moved, if anything."""
+        if self.path is None or self.engine != "edge":
+            using = f"the Qdrant server at {redact_url(self.url)}" if self.url else "MA_PROFILE_STORE=local"
+            raise UserError(f"profiles use {using}; only the embedded Qdrant Edge store is migrated to")
+        path = self.path
+        if not has_store(path):
+            return Migration(store=path)
+        done = self._wait(lambda: ensure_edge_store(path))
+        return done or Migration(store=path)

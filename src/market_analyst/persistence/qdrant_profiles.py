@@ -1,31 +1,105 @@
-"""A profile session on Qdrant through `qdrant-client` (local mode or a server): one open client."""
+"""Profiles through `qdrant-client`: on a Qdrant server (`QDRANT_URL`), or in a local-mode folder
+(`MA_PROFILE_STORE=local`, and the folders earlier versions wrote, which are read once to migrate).
+
+`qdrant_client` costs about a second to import, so only this module imports it, and only inside
+functions that are called when a server or a local-mode folder is actually used.
+"""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from market_analyst.errors import UserError
-from market_analyst.persistence.profile_fields import checked_changes, one_line_validation_error, point_id_for
-from market_analyst.state import Profile, validate_user_id
+from market_analyst.persistence.profile_session import ProfileSession, StoredPoint
+from market_analyst.persistence.store_access import StoreBusy
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
 
 COLLECTION = "profiles"
-UPSERT_BATCH = 1000
+# Local mode scans every point for each page it returns, so few large pages read a folder fastest.
+READ_PAGE = 20_000
+_FOLDER_HELD = "already accessed by another instance"
 
 
-class ProfileSession:
-    """One open client on the profile collection. Get it from `ProfileStore.session()`."""
+def is_local_mode_folder(path: Path) -> bool:
+    """Whether `path` is a folder `qdrant-client` local mode wrote (it keeps `meta.json` there)."""
+    return (path / "meta.json").is_file()
+
+
+def open_local_client(path: Path) -> QdrantClient:
+    """A client on the local-mode folder `path`; `StoreBusy` when another process has it open."""
+    from qdrant_client import QdrantClient
+
+    try:
+        with warnings.catch_warnings():
+            # Opening a folder of more than 20,000 points warns on stderr; a command prints one line.
+            warnings.simplefilter("ignore")
+            return QdrantClient(path=str(path))
+    except RuntimeError as exc:
+        if _FOLDER_HELD in str(exc):
+            raise StoreBusy(str(path)) from None
+        raise
+
+
+def open_server_client(url: str, api_key: str | None) -> QdrantClient:
+    """A client for the Qdrant server at `url`; connecting happens at the first request."""
+    from qdrant_client import QdrantClient
+
+    with warnings.catch_warnings():
+        # An API key over plain http warns on stderr ("insecure connection"); a command prints one
+        # line, and the README says to use https beyond the local machine.
+        warnings.simplefilter("ignore")
+        # No version check on connect: it warns on stderr when the server is down, and the first
+        # request reports that anyway, as one line.
+        return QdrantClient(url=url, api_key=api_key, check_compatibility=False)
+
+
+def is_server_error(exc: Exception) -> bool:
+    """A refused or failed request to a server (down, wrong key): not a bug."""
+    from qdrant_client.http.exceptions import ApiException
+
+    return isinstance(exc, ApiException | ConnectionError)
+
+
+def server_refused(exc: Exception) -> bool:
+    """The server answered and refused (a wrong key, a bad request): the user's to fix. Otherwise it
+    did not answer, or failed: unavailable."""
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    return (
+        isinstance(exc, UnexpectedResponse) and exc.status_code is not None and 400 <= exc.status_code < 500
+    )
+
+
+def all_points(client: QdrantClient) -> list[StoredPoint]:
+    """Every point of the profile collection, as stored (an invalid payload is copied, not judged)."""
+    if not client.collection_exists(COLLECTION):
+        return []
+    points: list[StoredPoint] = []
+    offset = None
+    while True:
+        records, offset = client.scroll(
+            COLLECTION, limit=READ_PAGE, offset=offset, with_payload=True, with_vectors=False
+        )
+        points.extend((_plain_id(record.id), dict(record.payload or {})) for record in records)
+        if offset is None:
+            return points
+
+
+def _plain_id(point_id: object) -> str | int:
+    return point_id if isinstance(point_id, int) else str(point_id)
+
+
+class QdrantClientSession(ProfileSession):
+    """One open `qdrant-client` client on the profile collection (a server or a local folder)."""
 
     def __init__(self, client: QdrantClient, *, now: Callable[[], datetime], server: bool) -> None:
+        super().__init__(now=now)
         self._client = client
-        self._now = now
         self._server = server
         self._ready = False
 
@@ -56,68 +130,23 @@ class ProfileSession:
             )
         self._ready = True
 
-    def get(self, user_id: str) -> Profile | None:
-        """The profile stored for exactly `user_id`, or None. A point whose payload names another
-        user (a planted or corrupted point under this user's ID) counts as no profile."""
-        user_id = validate_user_id(user_id)
+    def _payload(self, point_id: str) -> dict[str, Any] | None:
         if not self._exists():
             return None
-        records = self._client.retrieve(
-            COLLECTION, ids=[point_id_for(user_id)], with_payload=True, with_vectors=False
-        )
-        for record in records:
-            payload = record.payload or {}
-            # The exact-match check is what keeps users apart: a point ID is only where to look.
-            if payload.get("user_id") != user_id:
-                continue
-            try:
-                return Profile.model_validate(payload)
-            except ValidationError as exc:
-                problem = one_line_validation_error(exc)
-                raise UserError(
-                    f"the stored profile of user {user_id!r} is unreadable ({problem}); replace it with "
-                    f"'market-analyst profile set --user {user_id}' or remove it with 'profile delete'"
-                ) from None
-        return None
+        records = self._client.retrieve(COLLECTION, ids=[point_id], with_payload=True, with_vectors=False)
+        return dict(records[0].payload or {}) if records else None
 
-    def save(self, profile: Profile) -> Profile:
-        """Store `profile` (replacing any earlier one of that user) with `updated_at` set now."""
-        return self.save_many([profile])[0]
-
-    def save_many(self, profiles: Iterable[Profile], *, batch_size: int = UPSERT_BATCH) -> list[Profile]:
-        """Store many profiles, in batches: each one replaces its user's earlier profile."""
+    def _put(self, points: Sequence[StoredPoint]) -> None:
         from qdrant_client import models
 
         self._ensure_collection()
-        stamp = self._now().astimezone(UTC).isoformat(timespec="seconds")
-        saved = [p.model_copy(update={"updated_at": stamp}) for p in profiles]
-        for start in range(0, len(saved), batch_size):
-            points = [
-                models.PointStruct(id=point_id_for(p.user_id), vector={}, payload=p.model_dump(mode="json"))
-                for p in saved[start : start + batch_size]
-            ]
-            with warnings.catch_warnings():
-                # Local mode warns past 20,000 points; the store's users are told so in the README instead.
-                warnings.simplefilter("ignore", UserWarning)
-                self._client.upsert(COLLECTION, points=points, wait=True)
-        return saved
+        structs = [models.PointStruct(id=pid, vector={}, payload=payload) for pid, payload in points]
+        with warnings.catch_warnings():
+            # Local mode warns past 20,000 points; the README tells its users so instead.
+            warnings.simplefilter("ignore")
+            self._client.upsert(COLLECTION, points=structs, wait=True)
 
-    def update(self, user_id: str, **changes: Any) -> Profile:
-        """Change only the given fields of the user's profile (starting from the defaults when there is
-        none) and store it. Every value is checked first: a bad one stores nothing."""
-        given = checked_changes(user_id, **changes)
-        current = self.get(user_id) or Profile(user_id=user_id)
-        # Both parts are valid on their own, and fields do not constrain each other.
-        return self.save(current.model_copy(update=given))
-
-    def delete(self, user_id: str) -> bool:
-        """Remove the user's profile; False when there was none to remove."""
+    def _remove(self, point_id: str) -> None:
         from qdrant_client import models
 
-        user_id = validate_user_id(user_id)
-        if self.get(user_id) is None:
-            return False
-        self._client.delete(
-            COLLECTION, points_selector=models.PointIdsList(points=[point_id_for(user_id)]), wait=True
-        )
-        return True
+        self._client.delete(COLLECTION, points_selector=models.PointIdsList(points=[point_id]), wait=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.deps import (
+    Migration,
     ReportSummary,
     embedded_server,
     open_archive,
@@ -96,6 +97,11 @@ def delete_profile(settings: Settings, user: str | None) -> tuple[str, bool]:
     """Delete the user's profile; returns the user ID and whether there was one."""
     user_id = _profile_user(settings, user)
     return user_id, open_profiles(settings).delete(user_id)
+
+
+def migrate_profiles(settings: Settings) -> Migration:
+    """Move a Qdrant local-mode folder of profiles to Qdrant Edge now, instead of on first use."""
+    return open_profiles(settings).migrate()
 
 
 # -- the embedded PostgreSQL -----------------------------------------------------------------------

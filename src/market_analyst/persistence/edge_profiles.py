@@ -1,0 +1,101 @@
+"""Profiles in a Qdrant Edge shard: Qdrant's own engine in-process (`qdrant-edge-py`).
+
+One shard per store, created with the smallest configuration Edge accepts (one sparse vector that no
+point uses: profiles carry no embeddings), a keyword index on `user_id`, and its write-ahead log on.
+The log is what makes a write survive `kill -9` and what locks the shard to one process: without it,
+two writers would silently overwrite each other. A shard is opened for one operation and closed in
+a `finally`; closing flushes it.
+
+Edge reports every failure as a plain `Exception`, so a busy shard is recognised by its message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from market_analyst.errors import UserError
+from market_analyst.persistence.profile_session import UPSERT_BATCH, ProfileSession, StoredPoint
+from market_analyst.persistence.store_access import StoreBusy
+
+if TYPE_CHECKING:
+    from qdrant_edge import EdgeShard
+
+# Written when a shard is created; nothing else this application meets has it.
+CONFIG_FILE = "edge_config.json"
+_LOCKED = "WouldBlock"
+
+
+def is_edge_store(path: Path) -> bool:
+    """Whether `path` holds a Qdrant Edge shard."""
+    return (path / CONFIG_FILE).is_file()
+
+
+def load_shard(path: Path) -> EdgeShard:
+    """Open the shard at `path` (it must be one: see `is_edge_store`); `StoreBusy` while another
+    process holds it."""
+    from qdrant_edge import EdgeShard
+
+    try:
+        return EdgeShard.load(str(path))
+    except Exception as exc:
+        if _LOCKED in str(exc):
+            raise StoreBusy(str(path)) from None
+        # A damaged or unreadable shard: the user's to restore (the local-mode backup, if any, is whole).
+        raise UserError(f"cannot open the Qdrant Edge store {path}: {' '.join(str(exc).split())}") from None
+
+
+def build_shard(path: Path, points: Sequence[StoredPoint]) -> None:
+    """Create a shard in the empty directory `path` holding exactly `points`, check it holds them
+    all, and close it (which flushes it to disk)."""
+    from qdrant_edge import (
+        CountRequest,
+        EdgeConfig,
+        EdgeShard,
+        EdgeSparseVectorParams,
+        PayloadSchemaType,
+        UpdateOperation,
+    )
+
+    # The WAL stays at its default, on; see the module docstring.
+    shard = EdgeShard.create(str(path), EdgeConfig(sparse_vectors={"unused": EdgeSparseVectorParams()}))
+    try:
+        shard.update(UpdateOperation.create_field_index("user_id", PayloadSchemaType.Keyword))
+        for start in range(0, len(points), UPSERT_BATCH):
+            _upsert(shard, points[start : start + UPSERT_BATCH])
+        stored = shard.count(CountRequest(exact=True))
+        expected = len({str(point_id) for point_id, _ in points})
+        if stored != expected:
+            raise RuntimeError(f"the new shard in {path} holds {stored} points instead of {expected}")
+    finally:
+        shard.close()
+
+
+def _upsert(shard: EdgeShard, points: Sequence[StoredPoint]) -> None:
+    from qdrant_edge import Point, UpdateOperation
+
+    # `{}`: no vector at all. One update is one entry in the log: all of it survives a crash, or none.
+    batch = [Point(point_id, {}, payload) for point_id, payload in points]
+    shard.update(UpdateOperation.upsert_points(batch))
+
+
+class EdgeSession(ProfileSession):
+    """One open Edge shard. Get it from `ProfileStore.session()`."""
+
+    def __init__(self, shard: EdgeShard, *, now: Callable[[], datetime]) -> None:
+        super().__init__(now=now)
+        self._shard = shard
+
+    def _payload(self, point_id: str) -> dict[str, Any] | None:
+        records = self._shard.retrieve([point_id], True, False)
+        return dict(records[0].payload or {}) if records else None
+
+    def _put(self, points: Sequence[StoredPoint]) -> None:
+        _upsert(self._shard, points)
+
+    def _remove(self, point_id: str) -> None:
+        from qdrant_edge import UpdateOperation
+
+        self._shard.update(UpdateOperation.delete_points([point_id]))

@@ -1,0 +1,131 @@
+"""Bringing the embedded profile folder to a complete Qdrant Edge shard: created on first write, or
+migrated once from a folder that `qdrant-client` local mode wrote (earlier versions' default).
+
+A shard only ever appears under the store's name by a rename of a finished one, so a `kill -9` at
+any moment leaves either the old folder readable or the new shard complete, and the next command
+finishes or redoes the job. The steps, under an exclusive lock file beside the store:
+
+1. read every point of the local-mode folder, holding `qdrant-client`'s own lock on it;
+2. build a shard with them in `<store>.edge-new` (a leftover from a killed attempt is deleted first);
+3. rename it to `<store>.edge-ready`: from here on it is known complete;
+4. rename the old folder to `<store>.local-mode-backup` (kept: nothing is deleted);
+5. rename `<store>.edge-ready` to the store's name.
+
+A command that finds the store missing but `<store>.edge-ready` present (killed between 4 and 5)
+does step 5. One that finds the local-mode folder still in place starts again from step 1: the
+folder is the truth until step 4. Processes using local mode (`MA_PROFILE_STORE=local`) hold the
+same lock file shared, so a migration never runs under them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from market_analyst.errors import UserError
+from market_analyst.files import private_dir, private_tree
+from market_analyst.persistence.edge_profiles import build_shard, is_edge_store
+from market_analyst.persistence.profile_session import StoredPoint
+from market_analyst.persistence.qdrant_profiles import all_points, is_local_mode_folder, open_local_client
+from market_analyst.persistence.store_access import fsync_dir, lock_file
+
+
+@dataclass(frozen=True)
+class Migration:
+    """What moving a local-mode folder to Qdrant Edge did; `backup` is None when there was nothing
+    to move."""
+
+    store: Path
+    moved: int = 0
+    backup: Path | None = None
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def setup_lock_path(path: Path) -> Path:
+    """The lock file that creating, migrating and local-mode use of the store at `path` share."""
+    return path.with_name(f".{path.name}.lock")
+
+
+def has_store(path: Path) -> bool:
+    """Whether there is anything to read at `path`: a store, or a migration to finish."""
+    return path.exists() or _sibling(path, ".edge-ready").exists()
+
+
+def ensure_edge_store(path: Path) -> Migration | None:
+    """Make `path` a complete Edge shard: as it is, created empty, or migrated from local mode (the
+    `Migration` says what moved). `StoreBusy` while another process creates, migrates or uses
+    local mode on it."""
+    if is_edge_store(path):
+        return None  # the common case: no lock, no further look
+    with lock_file(setup_lock_path(path)):
+        return _settle(path)
+
+
+def _settle(path: Path) -> Migration | None:
+    if is_edge_store(path):
+        return None  # another process finished while this one waited
+    ready = _sibling(path, ".edge-ready")
+    if not path.exists() and ready.exists():
+        _install(ready, path)  # killed between steps 4 and 5: the shard there is complete
+        return None
+    if is_local_mode_folder(path):
+        return _migrate(path)
+    if path.exists() and any(path.iterdir()):
+        raise UserError(
+            f"{path} holds neither a Qdrant Edge store nor a Qdrant local-mode folder; move it away, "
+            "or point MA_DATA_DIR elsewhere"
+        )
+    new = _sibling(path, ".edge-new")
+    _build(new, [])
+    _install(new, path)  # a rename replaces an empty directory, never a full one
+    return None
+
+
+def _migrate(path: Path) -> Migration:
+    new, ready = _sibling(path, ".edge-new"), _sibling(path, ".edge-ready")
+    client = open_local_client(path)  # its lock keeps local-mode writers out until the swap is done
+    try:
+        points = all_points(client)
+        shutil.rmtree(ready, ignore_errors=True)  # an earlier attempt's: the folder may have changed since
+        _build(new, points)
+        _mark_ready(new, ready)
+        backup = _retire(path)
+        _install(ready, path)
+    finally:
+        client.close()
+    return Migration(store=path, moved=len(points), backup=backup)
+
+
+def _build(new: Path, points: Sequence[StoredPoint]) -> None:
+    shutil.rmtree(new, ignore_errors=True)
+    build_shard(private_dir(new, "the profile store"), points)
+    private_tree(new)
+
+
+def _mark_ready(new: Path, ready: Path) -> None:
+    os.rename(new, ready)
+    fsync_dir(ready.parent)
+
+
+def _retire(path: Path) -> Path:
+    backup = _sibling(path, ".local-mode-backup")
+    number = 1
+    while backup.exists():
+        number += 1
+        backup = _sibling(path, f".local-mode-backup-{number}")
+    os.rename(path, backup)
+    os.chmod(backup, 0o700)  # it still holds every profile: owner-only, like the new store
+    private_tree(backup)
+    fsync_dir(path.parent)
+    return backup
+
+
+def _install(ready: Path, path: Path) -> None:
+    os.rename(ready, path)
+    fsync_dir(path.parent)
