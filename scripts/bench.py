@@ -59,11 +59,21 @@ def bench_approvals(n: int | None) -> bool:
     return True
 
 
+def bench_threads(n: int | None) -> bool:
+    """`threads --pending` over 10,000 threads by default, on PostgreSQL and Redis, through the thread
+    index against loading every thread's state; no target is set, the ratio is reported."""
+    import bench_threads
+
+    bench_threads.run(n or 10_000)
+    return True
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
     "profile-open": bench_profile_open,
     "analyze-start": bench_analyze_start,
     "archive": bench_archive,
+    "threads": bench_threads,
     "approvals": bench_approvals,
 }
 

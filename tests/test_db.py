@@ -25,6 +25,11 @@ def test_db_status_and_stop_follow_the_embedded_server(harness: Harness):
         match = re.search(r"runs in (\S+) \(pid (\d+)\)", running)
         assert match and match.group(1) == str(pgdata), running
         os.kill(int(match.group(2)), 0)  # the PID named is a live process
+        assert f"data directory: {base / 'data'}" in running and "socket:" in running
+        found = cli.ok("db", "status", "--json").json()
+        assert found["running"] is True and found["pid"] == int(match.group(2))
+        assert found["data_dir"] == str(base / "data") and found["socket"].endswith("/.s.PGSQL.5432")
+        assert Path(found["socket"]).exists()
         assert f"Stopped the embedded PostgreSQL in {pgdata}" in cli.ok("db", "stop").stdout
         assert "is not running" in cli.ok("db", "status").stdout
         assert "No embedded PostgreSQL runs" in cli.ok("db", "stop").stdout

@@ -146,6 +146,10 @@ class ThreadIndex(Protocol):
         """The rows matching `query`, newest update first, at most `query.limit`; and how many match."""
         ...
 
+    def ids(self) -> set[str]:
+        """The thread IDs that have a row."""
+        ...
+
     def complete(self) -> bool:
         """Whether every thread the saver holds has a row (false until the first backfill)."""
         ...

@@ -24,6 +24,7 @@ from redis import exceptions as redis_errors
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
+from market_analyst.persistence.redis_serde import StrictRedisSerializer
 from market_analyst.persistence.thread_index import RedisThreadIndex
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
@@ -276,6 +277,7 @@ def open_redis(settings: Settings) -> Iterator[RedisBackend]:
         fences = _Fences(client)
         saver_class = FencedShallowRedisSaver if settings.redis_shallow else FencedRedisSaver
         saver = saver_class(redis_client=client)
+        saver.serde = StrictRedisSerializer()
         saver.fences = fences
         _setup(saver)
         index = RedisThreadIndex(client)

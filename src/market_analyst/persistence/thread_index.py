@@ -70,6 +70,11 @@ class PostgresThreadIndex:
             rows = [ThreadRow(**row) for row in cur.fetchall()]
         return rows, total
 
+    def ids(self) -> set[str]:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT thread_id FROM {TABLE}")
+            return {row["thread_id"] for row in cur.fetchall()}
+
     def complete(self) -> bool:
         with self.conn.cursor() as cur:
             cur.execute(f"SELECT 1 AS found FROM {META} WHERE key = %s", (_COMPLETE,))
@@ -147,6 +152,12 @@ class RedisThreadIndex:
         result = self.client.ft(REDIS_INDEX).search(search)
         rows = [_row_of(doc.__dict__) for doc in result.docs]
         return rows, int(result.total)
+
+    def ids(self) -> set[str]:
+        # The index's own keys (not the checkpoint data): one hash per thread under the prefix.
+        return {
+            key.decode()[len(REDIS_PREFIX) :] for key in self.client.scan_iter(f"{REDIS_PREFIX}*", count=1000)
+        }
 
     def complete(self) -> bool:
         return bool(self.client.exists(REDIS_COMPLETE))

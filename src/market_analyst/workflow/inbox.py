@@ -12,11 +12,14 @@ from market_analyst.deps import open_archive, open_profiles
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
-from market_analyst.workflow.runs import open_run
-from market_analyst.workflow.views import ThreadView, config_for, view_of
+from market_analyst.workflow.session import open_run
+from market_analyst.workflow.threads import list_threads
+from market_analyst.workflow.views import ThreadView, UnreadableThread, config_for, view_of
 
 # How far back a thread's history is read for its earlier drafts (a revision adds a few checkpoints).
 HISTORY_LIMIT = 200
+# The most drafts the inbox lists at once, newest first.
+INBOX_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -43,28 +46,34 @@ class ThreadDetails:
     drafts: list[dict[str, Any]] = field(default_factory=list)
 
 
-def pending_drafts(settings: Settings) -> list[PendingDraft]:
-    """Every thread at the approval gate with no decision yet, newest draft first."""
-    rows = []
+def pending_drafts(settings: Settings, limit: int = INBOX_LIMIT) -> list[PendingDraft]:
+    """The threads at the approval gate with no decision yet, newest first (from the thread index,
+    each checked against its saved state), at most `limit`."""
+    page = list_threads(settings, statuses=("awaiting_approval",), limit=limit)
     with open_run(settings) as run:
-        for thread_id in run.backend.thread_ids():
-            view = view_of(run.graph, thread_id)
-            if view is None or view.status != "awaiting_approval" or not view.draft:
-                continue
-            draft = view.draft
-            rows.append(
-                PendingDraft(
-                    thread_id=thread_id,
-                    ticker=draft["ticker"],
-                    user_id=view.user_id,
-                    question=draft["question"],
-                    recommendation=draft["recommendation"],
-                    confidence=draft["confidence"],
-                    revision=draft["revision"],
-                    drafted_at=run.graph.get_state(config_for(thread_id)).created_at,
-                )
-            )
-    return sorted(rows, key=lambda row: (row.drafted_at or "", row.thread_id), reverse=True)
+        views = [_readable(run.graph, row.thread_id) for row in page.rows]
+    return [
+        PendingDraft(
+            thread_id=view.thread_id,
+            ticker=view.draft["ticker"],
+            user_id=view.user_id,
+            question=view.draft["question"],
+            recommendation=view.draft["recommendation"],
+            confidence=view.draft["confidence"],
+            revision=view.draft["revision"],
+            drafted_at=view.drafted_at or view.updated_at,
+        )
+        for view in views
+        if view is not None and view.status == "awaiting_approval" and view.draft
+    ]
+
+
+def _readable(graph: Any, thread_id: str) -> ThreadView | None:
+    """The thread's view, or None when it is gone or its state cannot be read (it is left out)."""
+    try:
+        return view_of(graph, thread_id)
+    except UnreadableThread:
+        return None
 
 
 def find_thread(settings: Settings, thread_id: str) -> ThreadView | None:

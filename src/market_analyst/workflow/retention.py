@@ -13,8 +13,8 @@ from market_analyst.ports import ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
 from market_analyst.state import validate_user_id
 from market_analyst.workflow.session import Run, open_run
-from market_analyst.workflow.threads import backfill, record
-from market_analyst.workflow.views import view_of
+from market_analyst.workflow.threads import backfill, record, stamp
+from market_analyst.workflow.views import UnreadableThread, view_of
 
 FINISHED = ("published", "rejected")
 _PAGE = 1000
@@ -32,15 +32,31 @@ def _all_rows(run: Run, query: ThreadQuery) -> list[ThreadRow]:
 
 def _erase(run: Run, row: ThreadRow, allowed: tuple[str, ...] | None) -> tuple[bool, int]:
     """Delete one thread under its lease if its saved status is still `allowed` (any when None):
-    (deleted, lease keys removed). A thread that is gone already only loses its row."""
+    (deleted, lease keys removed). A thread that is gone already only loses its row. One whose state
+    cannot be read is erased only when any status is allowed (`forget`), as its row names its user."""
     with run.backend.lease(row.thread_id):
-        view = view_of(run.graph, row.thread_id)
+        try:
+            view = view_of(run.graph, row.thread_id)
+        except UnreadableThread:
+            if allowed is not None:
+                return False, 0
+            keys = run.backend.erase_thread(row.thread_id)
+            run.backend.index.remove(row.thread_id)
+            return True, keys
         if view is not None and allowed is not None and view.status not in allowed:
             record(run, row.thread_id)  # the row was stale: it is not finished after all
             return False, 0
         keys = run.backend.erase_thread(row.thread_id) if view is not None else 0
         run.backend.index.remove(row.thread_id)
         return view is not None, keys
+
+
+def _finished(run: Run, row: ThreadRow) -> bool:
+    try:
+        view = view_of(run.graph, row.thread_id)
+    except UnreadableThread:
+        return False  # not known to be finished: kept
+    return view is not None and view.status in FINISHED
 
 
 @dataclass
@@ -55,15 +71,11 @@ class PruneResult:
 def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = False) -> PruneResult:
     """Remove published and rejected threads whose last update is at least `finished_before` old; their
     reports stay in the archive. A thread awaiting approval or in progress is never removed."""
-    cutoff = (settings.now() - parse_duration(finished_before, "--finished-before")).isoformat(
-        timespec="seconds"
-    )
+    cutoff = stamp(settings.now() - parse_duration(finished_before, "--finished-before"))
     with open_run(settings) as run:
         backfill(run)
         rows = _all_rows(run, ThreadQuery(statuses=FINISHED, finished_before=cutoff, limit=_PAGE))
-        candidates = [
-            r for r in rows if (view := view_of(run.graph, r.thread_id)) and view.status in FINISHED
-        ]
+        candidates = [r for r in rows if _finished(run, r)]
         if dry_run:
             return PruneResult(candidates, dry_run=True)
         result = PruneResult([])

@@ -17,7 +17,7 @@ from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import DEFAULT_USER, Approval, validate_thread_id, validate_user_id
 from market_analyst.workflow.session import Progress, Run, open_run
-from market_analyst.workflow.threads import draft_age_seconds, record
+from market_analyst.workflow.threads import draft_age_seconds, record, stamp
 from market_analyst.workflow.views import ThreadView, config_for, decidable_view, require_view, view_of
 
 
@@ -84,7 +84,7 @@ def start_analysis(
                 f"thread {thread_id} already has a run: see 'market-analyst status {thread_id}' "
                 f"or continue it with 'market-analyst resume {thread_id}'"
             )
-        now = settings.now().isoformat(timespec="seconds")
+        now = stamp(settings.now())
         inputs = {
             "ticker": symbol,
             "question": question or "",

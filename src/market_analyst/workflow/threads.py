@@ -8,14 +8,14 @@ backfilled once, from the saver."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from market_analyst.ports import ThreadQuery, ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import validate_user_id
 from market_analyst.workflow.session import open_run
-from market_analyst.workflow.views import ThreadStatus, ThreadView, view_of
+from market_analyst.workflow.views import ThreadStatus, ThreadView, UnreadableThread, view_of
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10_000
@@ -29,7 +29,7 @@ def row_for(view: ThreadView, now: str) -> ThreadRow:
         user_id=view.user_id or "",
         ticker=view.ticker or "",
         status=view.status,
-        created_at=view.started_at or view.updated_at or now,
+        created_at=_stamp_of(view.started_at) or _stamp_of(view.updated_at) or now,
         updated_at=now,
         drafted_at=view.drafted_at,
         revision=int(draft.get("revision") or 0),
@@ -43,7 +43,7 @@ def record(run: Any, thread_id: str) -> None:
     if view is None:
         run.backend.index.remove(thread_id)
     else:
-        run.backend.index.record(row_for(view, run.settings.now().isoformat(timespec="seconds")))
+        run.backend.index.record(row_for(view, stamp(run.settings.now())))
 
 
 def backfill(run: Any) -> None:
@@ -51,11 +51,25 @@ def backfill(run: Any) -> None:
     index = run.backend.index
     if index.complete():
         return
+    known = index.ids()
     for thread_id in run.backend.thread_ids():
-        view = view_of(run.graph, thread_id)
+        try:
+            view = view_of(run.graph, thread_id) if thread_id not in known else None
+        except UnreadableThread:
+            continue  # `status` names it and refuses; a listing cannot describe it
         if view is not None:
-            index.record(row_for(view, view.updated_at or run.settings.now().isoformat(timespec="seconds")))
+            updated = _stamp_of(view.updated_at) or stamp(run.settings.now())
+            index.record(row_for(view, updated))
     index.mark_complete()
+
+
+def stamp(moment: datetime) -> str:
+    """A row's time stamp: UTC to the microsecond, in one format, so that stamps compare as text."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _stamp_of(iso: str | None) -> str | None:
+    return stamp(datetime.fromisoformat(iso)) if iso else None
 
 
 @dataclass(frozen=True)
@@ -81,10 +95,15 @@ def draft_age_seconds(drafted_at: str | None, now: datetime) -> int | None:
 
 def _checked(run: Any, rows: list[ThreadRow], query: ThreadQuery) -> list[ThreadRow]:
     """The rows, each checked against the saver: a stale row is corrected, and dropped when it no
-    longer matches the query (a command killed between its checkpoint and its row)."""
+    longer matches the query (a command killed between its checkpoint and its row). A thread whose
+    state cannot be read keeps the row the index has for it."""
     checked = []
     for row in rows:
-        view = view_of(run.graph, row.thread_id)
+        try:
+            view = view_of(run.graph, row.thread_id)
+        except UnreadableThread:
+            checked.append(row)
+            continue
         if view is None:
             run.backend.index.remove(row.thread_id)
             continue

@@ -9,6 +9,11 @@ from market_analyst.choices import ThreadStatus
 from market_analyst.errors import UserError
 
 
+class UnreadableThread(UserError):
+    """A thread whose saved state holds a type this program does not load: commands on it refuse,
+    listings show what the index last recorded for it and go on."""
+
+
 @dataclass
 class ThreadView:
     """A thread as the saved state describes it."""
@@ -76,13 +81,26 @@ def read_state(graph: Any, config: dict[str, Any]) -> Any:
         snapshot = graph.get_state(config)
     finally:
         unregister()
+    blocked += _unrevived(snapshot.values)
     if blocked:
         thread_id, types = config["configurable"]["thread_id"], ", ".join(sorted(set(blocked)))
-        raise UserError(
+        raise UnreadableThread(
             f"thread {thread_id} holds data of a type this program does not load ({types}); it was refused "
             "rather than read wrongly (LANGGRAPH_STRICT_MSGPACK=true)"
         )
     return snapshot
+
+
+def _unrevived(value: Any) -> list[str]:
+    """Objects a JSON-stored checkpoint (Redis) holds that its serializer would not rebuild: they come
+    back as constructor envelopes naming their type."""
+    if isinstance(value, dict):
+        if value.get("lc") in (1, 2) and value.get("type") in ("constructor", "not_implemented"):
+            return [".".join(str(part) for part in value.get("id") or [])]
+        return [name for item in value.values() for name in _unrevived(item)]
+    if isinstance(value, list | tuple):
+        return [name for item in value for name in _unrevived(item)]
+    return []
 
 
 def view_of(graph: Any, thread_id: str) -> ThreadView | None:

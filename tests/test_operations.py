@@ -1,0 +1,252 @@
+"""Operating the stores over months, on each backend: the thread listing, history and time travel,
+retention, forgetting a user, strict deserialisation and stale drafts. Prune and forget act on
+every thread of a store, so on Redis they get a server of their own (the suite's is shared)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.backends import both_backends
+from tests.support.cli import Cli, unique_id
+from tests.support.services import RedisServer
+
+T0 = 1739577600  # 2025-02-15T00:00:00Z
+DAY = 86_400
+
+
+@pytest.fixture(params=["postgres", "redis"])
+def own_store(request: pytest.FixtureRequest, cli: Cli, tmp_path: Path) -> Iterator[Cli]:
+    """The CLI on a store nobody else uses: the test's own database, or a Redis server of its own."""
+    if request.param == "postgres":
+        yield cli
+        return
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        yield Cli(
+            env=cli.env | {"MA_CHECKPOINTER": "redis", "REDIS_URL": server.url},
+            cwd=cli.cwd,
+            harness=cli.harness,
+        )
+    finally:
+        server.stop()
+
+
+def _three_threads(cli: Cli, ann: str, bob: str) -> dict[str, str]:
+    """One published (ann), one rejected (bob), one waiting (ann)."""
+    ids = {}
+    for name, ticker, user in (
+        ("approved", "MSFT", ann),
+        ("rejected", "NFLX", bob),
+        ("pending", "NVDA", ann),
+    ):
+        ids[name] = cli.ok("analyze", ticker, "--user", user, "--json").json()["thread_id"]
+    cli.ok("approve", ids["approved"], "--user", "rev")
+    cli.ok("reject", ids["rejected"], "--reason", "not now")
+    return ids
+
+
+def _listed(cli: Cli, *args: str, **kwargs: object) -> list[dict]:
+    return cli.ok("threads", *args, "--json", **kwargs).json()
+
+
+@both_backends
+def test_threads_lists_filters_and_pages(cli: Cli):
+    ann, bob = unique_id("ann"), unique_id("bob")
+    ids = _three_threads(cli, ann, bob)
+    mine = [ids["approved"], ids["rejected"], ids["pending"]]
+    pending = [t["thread_id"] for t in _listed(cli, "--pending") if t["thread_id"] in mine]
+    assert pending == [ids["pending"]]
+    assert [t["thread_id"] for t in _listed(cli, "--pending", "--user", ann)] == [ids["pending"]]
+    # Newest update first: the approval came after the pending thread was drafted.
+    assert [t["thread_id"] for t in _listed(cli, "--user", ann)] == [ids["approved"], ids["pending"]]
+    assert [t["thread_id"] for t in _listed(cli, "--user", bob, "--status", "rejected")] == [ids["rejected"]]
+    assert _listed(cli, "--user", bob, "--status", "published") == []
+    [row] = _listed(cli, "--user", ann, "--ticker", "nvda")
+    assert set(row) == {
+        "thread_id",
+        "ticker",
+        "user_id",
+        "status",
+        "created_at",
+        "updated_at",
+        "drafted_at",
+        "draft_age_seconds",
+        "revision",
+        "recommendation",
+    }
+    assert (row["ticker"], row["user_id"], row["status"], row["revision"]) == (
+        "NVDA",
+        ann,
+        "awaiting_approval",
+        1,
+    )
+    paged = cli.ok("threads", "--user", ann, "--limit", "1")
+    assert ids["approved"] in paged.stdout and ids["pending"] not in paged.stdout
+    assert "and 1 more" in paged.stderr
+    text = cli.ok("threads", "--user", ann).stdout.splitlines()
+    assert text[0].split()[:5] == ["thread", "ticker", "user", "status", "draft"]
+    assert "--status" in cli.fails("threads", "--status", "waiting").stderr
+
+
+@both_backends
+def test_history_names_every_node_and_fork_starts_a_new_thread(cli: Cli):
+    original = cli.ok("analyze", "NVDA", "--json").json()
+    thread = original["thread_id"]
+    cli.ok("approve", thread, "--user", "rev")
+    history = cli.ok("history", thread, "--json").json()
+    nodes = [entry["node"] for entry in history if entry["source"] == "loop"]
+    assert nodes == ["__start__", "load_profile", "fetch_market_data", "analyze", "draft_report", "publish"]
+    assert history[0]["source"] == "input" and history[-1]["changes"][-1].startswith("published: ")
+    assert any("decision: approved by rev" in c for e in history for c in e["changes"])
+    before_analyze = next(e for e in history if e["next"] == ["analyze"])
+    state_before = cli.ok("status", thread, "--json").json()
+
+    forked = cli.ok("fork", thread, "--checkpoint", before_analyze["checkpoint_id"], "--json").json()
+    assert forked["thread_id"] != thread and forked["status"] == "awaiting_approval"
+    assert forked["draft"]["draft_id"] == original["draft"]["draft_id"]  # the same inputs, analysed again
+    assert forked["approval"] is None and forked["publication"] is None
+    approved = cli.ok("approve", forked["thread_id"], "--json").json()
+    assert approved["publication"]["operation_id"] != state_before["publication"]["operation_id"]
+    assert len(cli.archive_files()) == 2
+    assert cli.ok("status", thread, "--json").json() == state_before  # the original is untouched
+    assert (
+        "has nothing left to run"
+        in cli.fails("fork", thread, "--checkpoint", history[-1]["checkpoint_id"]).stderr
+    )
+
+
+@pytest.mark.parametrize("cli", ["redis"], indirect=True)
+def test_shallow_redis_says_it_keeps_no_history(cli: Cli):
+    shallow = {"MA_REDIS_SHALLOW": "true"}
+    thread = cli.ok("analyze", "NVDA", "--json", extra_env=shallow).json()["thread_id"]
+    for args in (("history", thread), ("fork", thread, "--checkpoint", "x")):
+        assert "this backend keeps no history" in cli.fails(*args, extra_env=shallow).stderr
+
+
+def test_prune_removes_finished_threads_and_keeps_the_waiting_one(own_store: Cli):
+    cli = own_store
+    ids = _three_threads(cli, "ann", "bob")
+    before = {t["thread_id"]: t["status"] for t in _listed(cli)}
+    dry = cli.ok("prune", "--finished-before", "0d", "--dry-run")
+    assert "Would remove 2" in dry.stdout and ids["pending"] not in dry.stdout
+    assert {t["thread_id"]: t["status"] for t in _listed(cli)} == before  # nothing changed
+    assert "--yes" in cli.fails("prune", "--finished-before", "0d").stderr  # no terminal to ask on
+    done = cli.ok("prune", "--finished-before", "0d", "--yes", "--json").json()
+    assert {t["thread_id"] for t in done["threads"]} == {ids["approved"], ids["rejected"]}
+    assert [t["thread_id"] for t in _listed(cli)] == [ids["pending"]]
+    for gone in (ids["approved"], ids["rejected"]):
+        assert "unknown thread" in cli.fails("status", gone).stderr
+    assert len(cli.archive_files()) == 1  # the published report stays archived
+    cli.ok("approve", ids["pending"])
+    assert len(cli.archive_files()) == 2
+    assert "Would remove 0" in cli.ok("prune", "--finished-before", "90d", "--dry-run").stdout  # too recent
+    assert "not an age" in cli.fails("prune", "--finished-before", "soon", "--yes").stderr
+
+
+def _store_of(cli: Cli, user: str) -> dict:
+    """Everything the stores return for `user` (but the drafts' ages, which grow as the test runs)."""
+    return {
+        "threads": [
+            {k: v for k, v in t.items() if k != "draft_age_seconds"} for t in _listed(cli, "--user", user)
+        ],
+        "reports": cli.ok("reports", "list", "--user", user, "--json").json(),
+        "profile": cli.ok("profile", "show", "--user", user, "--json").json(),
+    }
+
+
+def test_forget_erases_one_user_everywhere_and_survives_a_kill(own_store: Cli):
+    cli = own_store
+    for user in ("carol", "dave"):
+        cli.ok("profile", "set", "--user", user, "--risk-tolerance", "aggressive")
+        for ticker in ("NVDA", "MSFT"):
+            thread = cli.ok("analyze", ticker, "--user", user, "--json").json()["thread_id"]
+            cli.ok("approve", thread)
+        cli.ok("analyze", "TSLA", "--user", user)  # one still waiting
+    daves = {
+        p.name: p.read_bytes() for p in cli.archive_files() if json.loads(p.read_text())["user_id"] == "dave"
+    }
+    dave_before = _store_of(cli, "dave")
+
+    # Killed part-way (the kill lands while it erases); the second run finishes the job.
+    for delay in (0.6, 0.3, 0.15, 0.05):
+        killed = cli.harness.run(["forget", "--user", "carol", "--yes"], cli.env, kill_point=f"at:{delay}")
+        if killed.killed:
+            break
+    report = cli.ok("forget", "--user", "carol", "--yes", "--json").json()
+    assert report["user_id"] == "carol" and report["busy"] == []
+    after = _store_of(cli, "carol")
+    assert after["threads"] == [] and after["reports"] == [] and after["profile"]["source"] == "default"
+    assert _store_of(cli, "dave") == dave_before
+    assert {p.name: p.read_bytes() for p in cli.archive_files()} == daves  # byte for byte
+    again = cli.ok("forget", "--user", "carol", "--yes").stdout
+    assert "threads (checkpointer): 0" in again and "profile: 0" in again  # idempotent
+
+
+@both_backends
+def test_a_draft_older_than_the_limit_is_refused_without_allow_stale(cli: Cli):
+    thread = cli.ok("analyze", "NVDA", "--json", extra_env={"SOURCE_DATE_EPOCH": str(T0)}).json()["thread_id"]
+    later = {"SOURCE_DATE_EPOCH": str(T0 + 8 * DAY)}
+    status = cli.ok("status", thread, "--json", extra_env=later).json()
+    assert status["drafted_at"] == "2025-02-15T00:00:00+00:00"
+    [row] = [t for t in _listed(cli, "--pending", extra_env=later) if t["thread_id"] == thread]
+    assert row["draft_age_seconds"] == 8 * DAY
+    refused = cli.fails("approve", thread, extra_env=later)
+    assert (
+        refused.returncode == 2 and "8 d ago" in refused.stderr and "MA_MAX_DRAFT_AGE (7 d)" in refused.stderr
+    )
+    assert f"market-analyst revise {thread}" in refused.stderr and "--allow-stale" in refused.stderr
+    assert cli.ok("status", thread, "--json").json()["status"] == "awaiting_approval"
+    cli.ok("approve", thread, extra_env=later | {"MA_MAX_DRAFT_AGE": "9d"})
+    assert cli.ok("status", thread, "--json").json()["status"] == "published"
+    second = cli.ok("analyze", "MSFT", "--json", extra_env={"SOURCE_DATE_EPOCH": str(T0)}).json()["thread_id"]
+    cli.ok("approve", second, "--allow-stale", extra_env=later)
+
+
+@both_backends
+def test_a_checkpoint_holding_a_type_outside_the_allow_list_is_refused(cli: Cli):
+    from market_analyst.deps import build_deps
+    from market_analyst.graph import build_graph
+    from market_analyst.persistence.checkpointers import open_checkpointer
+    from market_analyst.settings import Settings
+    from tests.support.planted import Planted
+
+    user = unique_id("planted")
+    thread = cli.ok("analyze", "NVDA", "--user", user, "--json").json()["thread_id"]
+    other = cli.ok("analyze", "MSFT", "--user", user, "--json").json()["thread_id"]
+    cli.ok("status", thread)  # ordinary runs load under strict deserialisation
+    settings = Settings.load(environ=cli.env, dotenv=None)
+    with open_checkpointer(settings) as backend:
+        graph = build_graph(checkpointer=backend.saver)
+        config = {"configurable": {"thread_id": thread}}
+        graph.update_state(config, {"question": Planted("rm -rf /")})  # written through the saver
+        build_deps(settings)
+    refused = cli.fails("status", thread)
+    assert refused.returncode == 2 and "tests.support.planted.Planted" in refused.stderr
+    assert "refused rather than read wrongly" in refused.stderr
+    assert "tests.support.planted.Planted" in cli.fails("approve", thread).stderr
+    # one unreadable thread does not take the listings down with it
+    listed = {row["thread_id"] for row in cli.ok("threads", "--user", user, "--json").json()}
+    assert listed == {thread, other}
+    from market_analyst.workflow.inbox import pending_drafts
+
+    assert thread not in {d.thread_id for d in pending_drafts(settings)}
+    assert other in {d.thread_id for d in pending_drafts(settings)}
+    # and forgetting its user erases it all the same
+    forgotten = cli.ok("forget", "--user", user, "--yes", "--json").json()
+    assert sorted(forgotten["threads"]) == sorted([thread, other])
+    assert "unknown thread" in cli.fails("status", thread).stderr
+
+
+def test_reports_list_newest_first_with_the_count_of_the_rest(cli: Cli):
+    keys = []
+    for day, ticker in enumerate(("NVDA", "MSFT", "NFLX")):
+        clock = {"SOURCE_DATE_EPOCH": str(T0 + day * DAY)}
+        thread = cli.ok("analyze", ticker, "--json", extra_env=clock).json()["thread_id"]
+        keys.append(cli.ok("approve", thread, "--json", extra_env=clock).json()["publication"]["key"])
+    listed = cli.ok("reports", "list", "--limit", "2", "--json")
+    assert [r["key"] for r in listed.json()] == [keys[2], keys[1]] and "and 1 more" in listed.stderr
+    assert [r["key"] for r in cli.ok("reports", "list", "--json").json()] == keys[::-1]
