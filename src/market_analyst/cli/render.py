@@ -11,14 +11,11 @@ from market_analyst.errors import RunStopped
 from market_analyst.formatting import one_decimal, pct, signed_pct
 
 
-def draft_json(view: Any) -> dict[str, Any]:
-    """The view with the draft's headline fields at the top level, as `analyze --json` prints it."""
-    data = view.to_json()
-    draft = view.draft or {}
+def thread_json(view: Any) -> dict[str, Any]:
+    """A thread as every run command prints it with --json (docs/thread.schema.json): where it stands
+    at the top level, the draft once, under `draft`, with its figures at full precision."""
+    data: dict[str, Any] = view.to_json()
     data["pending_node"] = view.next[0] if view.next else None
-    for field in ("draft_id", "recommendation", "confidence", "figures", "as_of", "data_source", "headline"):
-        data[field] = draft.get(field)
-    data["profile"] = (draft.get("profile") or {}).get("statement")
     return data
 
 
@@ -65,7 +62,7 @@ def render_view(view: Any) -> None:
 def show(view: Any, json_output: bool) -> None:
     """Print a run's view: the draft's JSON object, or the text rendering."""
     if json_output:
-        emit_json(draft_json(view))
+        emit_json(thread_json(view))
     else:
         render_view(view)
 
