@@ -8,7 +8,7 @@ from typing import Any
 
 from market_analyst.cli.common import emit_json
 from market_analyst.errors import RunStopped
-from market_analyst.formatting import one_decimal, pct, signed_pct
+from market_analyst.formatting import one_decimal, pct, price, signed_pct, two_decimals
 
 
 def thread_json(view: Any) -> dict[str, Any]:
@@ -29,13 +29,25 @@ def render_draft(view: Any) -> None:
         f"  Returns 1M {signed_pct(f.get('return_1m'))}, 3M {signed_pct(f.get('return_3m'))}, "
         f"6M {signed_pct(f.get('return_6m'))}, "
         f"1Y {signed_pct(f.get('return_1y'))}; volatility {pct(f.get('volatility_1y'))}, "
-        f"max drawdown {pct(f.get('max_drawdown_1y'))}; RSI(14) {one_decimal(f.get('rsi_14'))}; "
-        f"trend {f.get('trend')}"
+        f"max drawdown {pct(f.get('max_drawdown_1y'))}; RSI(14) {one_decimal(f.get('rsi_14'))}"
+    )
+    print(
+        f"  Trend {f.get('trend')}: SMA 50 {price(f.get('sma_50'))}, SMA 200 {price(f.get('sma_200'))}"
+        + _beta(f.get("benchmark"))
     )
     print(f"  Data: {d.get('data_source')}")
     print(f"  Profile: {(d.get('profile') or {}).get('statement')}")
     analyst = d.get("analyst") or {}
     print(f"  Analyst: {analyst.get('name')} (version {analyst.get('version')})")
+
+
+def _beta(benchmark: Any) -> str:
+    if not isinstance(benchmark, dict):
+        return ""
+    return (
+        f"; beta {two_decimals(benchmark.get('beta'))} against the S&P 500, "
+        f"relative return {signed_pct(benchmark.get('relative_return'))}"
+    )
 
 
 def render_view(view: Any) -> None:
