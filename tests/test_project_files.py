@@ -95,3 +95,25 @@ def test_make_bench_runs_every_section():
     assert "POST /api/threads/{id}/approve (warm server) p50" in result.stdout
     assert "market-analyst approve (a process each)      p50" in result.stdout
     assert "ratio at p50" in result.stdout
+
+
+def test_the_licence_covers_the_code_and_names_the_data_licence():
+    import tomllib
+    from importlib.metadata import metadata
+
+    assert (REPO / "LICENSE").read_text().startswith("MIT License\n")
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == "MIT"
+    assert metadata("market-analyst-agent")["License-Expression"] == "MIT"
+    data_licence = REPO / "src" / "market_analyst" / "data" / "market-snapshot" / "LICENSE"
+    assert data_licence.read_text().startswith("MIT License\n")  # the bundled prices' own licence
+
+
+def test_the_readme_and_every_archived_report_say_it_is_not_investment_advice(cli: Cli):
+    disclaimer = "Educational software, not investment advice."
+    assert disclaimer in (REPO / "README.md").read_text()
+    thread = cli.ok("analyze", "NFLX", "--json").json()["thread_id"]
+    cli.ok("approve", thread)
+    [path] = cli.archive_files()
+    document = json.loads(path.read_text())
+    assert document["markdown"].rstrip().endswith(f"*{disclaimer}*")
+    assert disclaimer in cli.ok("reports", "show", document["key"]).stdout
