@@ -5,6 +5,7 @@ and `make clean`, which stops that server before it removes the environment its 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,12 +22,33 @@ def _next_steps(stdout: str) -> list[str]:
     return [line.split("#")[0].strip() for line in section.splitlines() if line.startswith("  ")]
 
 
+def _comparable(line: str, data_dir: str) -> str:
+    """A line of demo output without what differs from run to run: thread IDs, archive keys, paths."""
+    line = line.replace(data_dir, "DATA").replace("MA_DATA_DIR=DATA ", "")
+    line = re.sub(r"[^\s(]*/\.market-analyst", "DATA", line)
+    line = re.sub(r"[^\s(]*/bin/market-analyst", "market-analyst", line)
+    line = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "THREAD", line)
+    line = re.sub(r"NVDA-2025-02-14-[0-9a-f]{16}", "KEY", line)
+    return line.replace("    (make clean stops it too)", "")  # printed for the default data dir only
+
+
+def _readme_lines_not_printed(stdout: str, data_dir: Path) -> list[str]:
+    """The lines of the README's trimmed demo output that the demo did not print."""
+    printed = {_comparable(line, str(data_dir)) for line in stdout.splitlines()}
+    readme = (REPO / "README.md").read_text()
+    excerpt = readme.split("## What you get\n", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    shown = [line for line in excerpt.splitlines() if line.strip() not in ("", "...")]
+    assert len(shown) > 20
+    return [line for line in shown if _comparable(line, str(data_dir)) not in printed]
+
+
 def test_make_demo_publishes_one_report_and_says_what_to_do_next(tmp_path: Path):
     data_dir = tmp_path / "demo-data"
     env = clean_environ() | {"MA_DATA_DIR": str(data_dir)}
     try:
         result = run_make("demo", env=env, timeout=300)
         assert "approve it from a second process" in result.stdout
+        assert not _readme_lines_not_printed(result.stdout, data_dir)  # the README shows real output
         [path] = list((data_dir / "reports").glob("*.json"))
         document = json.loads(path.read_text())
         assert "bundled snapshot, as of 2025-02-14" in document["markdown"]

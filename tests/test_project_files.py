@@ -19,6 +19,17 @@ def test_mermaid_drawing_is_current():
     assert (REPO / "graphs" / "analyst.mmd").read_text() == mermaid(), "run: make graph"
 
 
+def test_the_readme_draws_the_current_graph_and_its_contents_link_every_section():
+    readme = (REPO / "README.md").read_text()
+    [drawing] = re.findall(r"^```mermaid\n(.*?)^```$", readme, re.M | re.S)
+    assert drawing == mermaid()
+    sections = re.findall(r"^## (.+)$", readme, re.M)
+    anchors = {re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-") for title in sections}
+    contents = readme.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    linked = re.findall(r"\]\(#([a-z0-9-]+)\)", contents)
+    assert set(linked) <= anchors and anchors - set(linked) == {"what-you-get", "contents"}
+
+
 def test_langgraph_json_exports_the_graph_module():
     config = json.loads((REPO / "langgraph.json").read_text())
     assert config["graphs"]["analyst"] == "./graphs/analyst.py:graph"
