@@ -62,5 +62,8 @@ up:
 down:
 	docker compose down
 
+# Stops the embedded PostgreSQL of the default data directory (MA_DATA_DIR, ./.market-analyst) first:
+# its binary lives in the venv removed here. Nothing running, or no venv, is fine. Data stays.
 clean:
+	@if [ -x "$(MA)" ]; then "$(MA)" db stop || echo "make clean: could not stop the embedded PostgreSQL" >&2; fi
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .mypy_cache

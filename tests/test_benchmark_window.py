@@ -3,36 +3,20 @@ within five trading days of the ticker's as-of date; otherwise the draft says wh
 
 from __future__ import annotations
 
-import math
-from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 
 from market_analyst.analyst import metrics
-from market_analyst.market_data.base import PriceHistory
 from tests.support.cli import Cli
-
-
-def _weekdays(count: int, start: date = date(2023, 1, 2)) -> list[str]:
-    days, day = [], start
-    while len(days) < count:
-        if day.weekday() < 5:
-            days.append(day.isoformat())
-        day += timedelta(days=1)
-    return days
-
-
-def _series(ticker: str, dates: list[str], scale: float) -> PriceHistory:
-    closes = tuple(100 * math.exp(scale * 0.01 * math.sin(i / 3) + 0.001 * i) for i in range(len(dates)))
-    return PriceHistory(ticker=ticker, dates=tuple(dates), closes=closes, source="test")
+from tests.support.prices import wavy_series, weekdays, write_csv
 
 
 @pytest.mark.parametrize(("cut", "has_beta"), [(0, True), (5, True), (6, False), (300, False)])
 def test_the_benchmark_must_reach_within_five_trading_days(cut: int, has_beta: bool):
-    dates = _weekdays(400)
-    asset = _series("ACME", dates, 2.0)
-    benchmark = _series("SPX", dates[: len(dates) - cut], 1.0)
+    dates = weekdays(400)
+    asset = wavy_series("ACME", dates, 2.0)
+    benchmark = wavy_series("SPX", dates[: len(dates) - cut], 1.0)
     figures = metrics.compute_metrics(asset, benchmark)
     assert (figures["benchmark"] is not None) is has_beta
     if has_beta:
@@ -53,16 +37,10 @@ def test_snapshot_tickers_past_the_benchmark_get_no_beta_and_the_draft_says_why(
     assert not any("beta" in risk for risk in draft["risk_factors"])
 
 
-def _write_csv(path: Path, history: PriceHistory) -> None:
-    rows = ["date,open,high,low,close,adj_close,volume"]
-    rows += [f"{d},{c},{c},{c},{c},{c},1000" for d, c in zip(history.dates, history.closes, strict=True)]
-    path.write_text("\n".join(rows) + "\n")
-
-
 def test_a_csv_pair_whose_benchmark_covers_the_year_gets_a_beta(cli: Cli, tmp_path: Path):
-    dates = _weekdays(400)
-    _write_csv(tmp_path / "ACME.csv", _series("ACME", dates, 2.0))
-    _write_csv(tmp_path / "SPX.csv", _series("SPX", dates, 1.0))
+    dates = weekdays(400)
+    write_csv(tmp_path / "ACME.csv", wavy_series("ACME", dates, 2.0))
+    write_csv(tmp_path / "SPX.csv", wavy_series("SPX", dates, 1.0))
     env = {"MA_CSV_DIR": str(tmp_path)}
     draft = cli.ok("analyze", "ACME", "--data", "csv", "--json", extra_env=env).json()["draft"]
     bench = draft["figures"]["benchmark"]

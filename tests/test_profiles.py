@@ -22,11 +22,16 @@ def _analyze(cli: Cli, user: str) -> dict[str, Any]:
     return data
 
 
+def _statement(data: dict[str, Any]) -> str:
+    """The sentence the draft says about the profile it used."""
+    return str(data["draft"]["profile"]["statement"])
+
+
 def test_a_profile_is_remembered_across_threads_replaced_and_forgotten(cli: Cli):
     # No profile yet: the draft says so and how to set one.
     none = _analyze(cli, "ann")
     assert none["draft"]["profile"]["source"] == "default"
-    assert "No stored profile for user 'ann'" in none["profile"]
+    assert "No stored profile for user 'ann'" in _statement(none)
     assert "market-analyst profile set --user ann" in none["draft"]["markdown"]
 
     cli.ok(
@@ -45,7 +50,7 @@ def test_a_profile_is_remembered_across_threads_replaced_and_forgotten(cli: Cli)
     used = first["draft"]["profile"]
     assert used["source"] == "stored"
     assert used["profile"]["risk_tolerance"] == "conservative" and used["profile"]["horizon"] == "long"
-    assert "Profile of user 'ann'" in first["profile"] and "conservative risk tolerance" in first["profile"]
+    assert "Profile of user 'ann'" in _statement(first) and "conservative risk tolerance" in _statement(first)
     assert "semiconductors, software" in first["draft"]["markdown"]
 
     # Change one field: the rest is kept, and a new thread uses the replacement.
@@ -55,7 +60,7 @@ def test_a_profile_is_remembered_across_threads_replaced_and_forgotten(cli: Cli)
     second = _analyze(cli, "ann")
     assert second["thread_id"] != first["thread_id"]
     assert second["draft"]["profile"]["profile"]["risk_tolerance"] == "aggressive"
-    assert "aggressive risk tolerance, long horizon" in second["profile"]
+    assert "aggressive risk tolerance, long horizon" in _statement(second)
 
     # The first thread keeps the copy it analysed with: the state, not the store, is its record.
     earlier = cli.ok("status", first["thread_id"], "--json").json()
@@ -67,7 +72,7 @@ def test_a_profile_is_remembered_across_threads_replaced_and_forgotten(cli: Cli)
     assert "Deleted" in cli.ok("profile", "delete", "--user", "ann").stdout
     third = _analyze(cli, "ann")
     assert third["draft"]["profile"]["source"] == "default"
-    assert "No stored profile for user 'ann'" in third["profile"]
+    assert "No stored profile for user 'ann'" in _statement(third)
     assert "No stored profile" in cli.ok("profile", "show", "--user", "ann").stdout
     again = cli.ok("profile", "delete", "--user", "ann", "--json").json()
     assert again == {"user_id": "ann", "deleted": False}
@@ -76,7 +81,7 @@ def test_a_profile_is_remembered_across_threads_replaced_and_forgotten(cli: Cli)
 def test_conservative_and_aggressive_read_the_same_data_differently(cli: Cli):
     cli.ok("profile", "set", "--user", "cautious", "--risk-tolerance", "conservative")
     cli.ok("profile", "set", "--user", "bold", "--risk-tolerance", "aggressive")
-    careful, bold = _analyze(cli, "cautious"), _analyze(cli, "bold")
+    careful, bold = _analyze(cli, "cautious")["draft"], _analyze(cli, "bold")["draft"]
 
     # Same ticker, same data.
     assert careful["figures"] == bold["figures"] and careful["as_of"] == bold["as_of"]
@@ -86,13 +91,13 @@ def test_conservative_and_aggressive_read_the_same_data_differently(cli: Cli):
     assert bold_view > (RANK[careful["recommendation"]], careful["confidence"])
     assert (careful["recommendation"], bold["recommendation"]) == ("sell", "buy")
     # The framing and risk factors say which limits applied, and each draft names its profile.
-    assert "for a conservative investor" in careful["draft"]["framing"]
-    assert "aggressive investor" in bold["draft"]["framing"]
-    assert any("a conservative profile accepts" in r for r in careful["draft"]["risk_factors"])
-    assert "Profile of user 'cautious'" in careful["draft"]["markdown"]
-    assert "conservative risk tolerance" in careful["draft"]["markdown"]
-    assert "Profile of user 'bold'" in bold["draft"]["markdown"]
-    assert "aggressive risk tolerance" in bold["draft"]["markdown"]
+    assert "for a conservative investor" in careful["framing"]
+    assert "aggressive investor" in bold["framing"]
+    assert any("a conservative profile accepts" in r for r in careful["risk_factors"])
+    assert "Profile of user 'cautious'" in careful["markdown"]
+    assert "conservative risk tolerance" in careful["markdown"]
+    assert "Profile of user 'bold'" in bold["markdown"]
+    assert "aggressive risk tolerance" in bold["markdown"]
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,17 @@ def test_mermaid_drawing_is_current():
     assert (REPO / "graphs" / "analyst.mmd").read_text() == mermaid(), "run: make graph"
 
 
+def test_the_readme_draws_the_current_graph_and_its_contents_link_every_section():
+    readme = (REPO / "README.md").read_text()
+    [drawing] = re.findall(r"^```mermaid\n(.*?)^```$", readme, re.M | re.S)
+    assert drawing == mermaid()
+    sections = re.findall(r"^## (.+)$", readme, re.M)
+    anchors = {re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-") for title in sections}
+    contents = readme.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    linked = re.findall(r"\]\(#([a-z0-9-]+)\)", contents)
+    assert set(linked) <= anchors and anchors - set(linked) == {"what-you-get", "contents"}
+
+
 def test_langgraph_json_exports_the_graph_module():
     config = json.loads((REPO / "langgraph.json").read_text())
     assert config["graphs"]["analyst"] == "./graphs/analyst.py:graph"
@@ -99,3 +110,25 @@ def test_make_bench_runs_every_section():
     assert "POST /api/threads/{id}/approve (warm server) p50" in result.stdout
     assert "market-analyst approve (a process each)      p50" in result.stdout
     assert "ratio at p50" in result.stdout
+
+
+def test_the_licence_covers_the_code_and_names_the_data_licence():
+    import tomllib
+    from importlib.metadata import metadata
+
+    assert (REPO / "LICENSE").read_text().startswith("MIT License\n")
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == "MIT"
+    assert metadata("market-analyst-agent")["License-Expression"] == "MIT"
+    data_licence = REPO / "src" / "market_analyst" / "data" / "market-snapshot" / "LICENSE"
+    assert data_licence.read_text().startswith("MIT License\n")  # the bundled prices' own licence
+
+
+def test_the_readme_and_every_archived_report_say_it_is_not_investment_advice(cli: Cli):
+    disclaimer = "Educational software, not investment advice."
+    assert disclaimer in (REPO / "README.md").read_text()
+    thread = cli.ok("analyze", "NFLX", "--json").json()["thread_id"]
+    cli.ok("approve", thread)
+    [path] = cli.archive_files()
+    document = json.loads(path.read_text())
+    assert document["markdown"].rstrip().endswith(f"*{disclaimer}*")
+    assert disclaimer in cli.ok("reports", "show", document["key"]).stdout

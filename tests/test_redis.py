@@ -180,8 +180,9 @@ def test_a_killed_and_restarted_redis_still_holds_the_paused_thread(tmp_path: Pa
 def test_make_demo_runs_on_redis(tmp_path: Path, redis_url: str):
     data_dir = tmp_path / "demo-data"
     env = clean_environ() | {"MA_DATA_DIR": str(data_dir), "MA_CHECKPOINTER": "redis", "REDIS_URL": redis_url}
-    run_make("demo", env=env, timeout=300)
+    result = run_make("demo", env=env, timeout=300)
     documents = list((data_dir / "reports").glob("*.json"))
     assert len(documents) == 1
     assert "bundled snapshot, as of 2025-02-14" in json.loads(documents[0].read_text())["markdown"]
     assert not (data_dir / "postgres").exists()  # the embedded PostgreSQL was never started
+    assert "== What next" in result.stdout and "PostgreSQL" not in result.stdout.split("== What next")[1]

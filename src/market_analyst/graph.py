@@ -3,7 +3,8 @@
 Nodes get what they use (market data, the analyst, profiles, the archive) as LangGraph's runtime
 context, a `Deps` passed with each run (`graph.stream(..., context=deps)`), so the graph itself
 holds no client and reads no setting. A graph built with `default_deps` (the LangGraph server's
-export in `graphs/analyst.py`) uses those when a run brings no context of its own.
+export in `graphs/analyst.py`) uses those when a run brings no Deps of its own, as a server's runs
+never do.
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ def add_node_wrapper(wrapper: NodeWrapper) -> None:
 
 
 def _with_default_context(node: Callable[..., Any], deps: Deps) -> Callable[..., Any]:
+    # A LangGraph server passes each run a dict context (the request's configurable values): only a
+    # Deps is one, so anything else means the run brought none.
     @functools.wraps(node)
     def run(*args: Any, runtime: Runtime[Deps], **kwargs: Any) -> Any:
-        if runtime.context is None:
+        if not isinstance(runtime.context, Deps):
             runtime = runtime.override(context=deps)
         return node(*args, runtime=runtime, **kwargs)
 
@@ -70,7 +73,10 @@ def build_graph(
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile `load_profile → fetch_market_data → analyze → draft_report → publish`, interrupting
     before `publish` so that a person decides."""
-    builder = StateGraph(AnalystState, context_schema=Deps)
+    # No `context_schema`: Deps holds live clients, which no caller can send as JSON and which have no
+    # JSON Schema; declared, it made a LangGraph server build Deps from its dict context (a TypeError
+    # before any node ran) and fail its /assistants/{id}/schemas endpoint, which Studio reads.
+    builder = StateGraph(AnalystState)
     wrappers = [*_PROCESS_WRAPPERS, *([wrap_node] if wrap_node else [])]
     for name in NODES:
         node = _FUNCTIONS[name]
@@ -79,7 +85,7 @@ def build_graph(
         for wrapper in wrappers:
             node = wrapper(name, node)
         builder.add_node(name, node)
-    builder.add_node(TOOLS, tool_node())
+    builder.add_node(TOOLS, tool_node(default_deps))
     builder.add_edge(START, "load_profile")
     builder.add_edge("load_profile", "fetch_market_data")
     builder.add_edge("fetch_market_data", "analyze")

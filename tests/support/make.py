@@ -11,14 +11,20 @@ from tests.support.cli import clean_environ
 
 
 def run_make(
-    target: str, *variables: str, env: dict[str, str] | None = None, timeout: float = 600, check: bool = True
+    target: str,
+    *variables: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    check: bool = True,
+    cwd: Path = REPO,
 ) -> subprocess.CompletedProcess[str]:
-    """`make TARGET` with this interpreter's environment as the venv; with `check`, fails the test on a
+    """`make TARGET` with this interpreter's environment as the venv (a `VENV=...` among `variables`
+    overrides it), the repository's Makefile, run in `cwd`; with `check`, fails the test on a
     non-zero exit, showing the end of its output."""
     venv = Path(sys.executable).parent.parent
     result = subprocess.run(
-        ["make", target, f"VENV={venv}", *variables],
-        cwd=REPO,
+        ["make", "-f", str(REPO / "Makefile"), target, f"VENV={venv}", *variables],
+        cwd=cwd,
         env=env if env is not None else clean_environ(),
         capture_output=True,
         text=True,

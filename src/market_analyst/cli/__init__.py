@@ -2,7 +2,8 @@
 
 Errors a user can cause (`UserError`, usage errors) become one line on stderr and exit code 2; a
 service that is unavailable exits 69; anything else is a bug and exits 1. `--debug` (anywhere on
-the line) adds the traceback before that line and keeps the code.
+the line) adds the traceback before that line and keeps the code. A command group given no
+command is not a mistake: it prints its help on stdout and exits 0.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import NoReturn
 import typer
 
 # typer 0.29+ vendors click, and only there are its usage errors reachable.
-from typer._click.exceptions import ClickException, UsageError
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from market_analyst.cli import approvers, db, operate, profile, reports, runs, serve
 from market_analyst.cli.output import guard_output
@@ -28,7 +29,9 @@ app = typer.Typer(
     help="A market analyst whose reports wait for a person's approval before they are published.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # Typer's own --install-completion and --show-completion; the shell calls the program back with
+    # _MARKET_ANALYST_COMPLETE set, which Typer answers before any command runs.
+    add_completion=True,
     rich_markup_mode=None,
 )
 runs.register(app)
@@ -40,9 +43,30 @@ app.add_typer(approvers.app, name="approvers")
 app.command()(serve.serve)
 
 
+def package_version() -> str:
+    """The installed package's version, from its metadata (pyproject.toml's `version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("market-analyst-agent")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"market-analyst {package_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks of errors.", envvar="MA_DEBUG"),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback behind an error (anywhere on the line).", envvar="MA_DEBUG"
+    ),
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+    ),
 ) -> None:
     """Run `market-analyst COMMAND --help` for the options of a command."""
 
@@ -99,6 +123,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         _fail("error: aborted", 130, debug)
+    except NoArgsIsHelpError as exc:
+        # `market-analyst` or `market-analyst reports` alone asks what there is: the help, as --help.
+        print(exc.ctx.get_help() if exc.ctx else exc.format_message())
+        sys.exit(0)
     except UsageError as exc:
         _fail(_usage_line(exc), USER_ERROR_EXIT, debug)
     except ClickException as exc:

@@ -8,17 +8,14 @@ from typing import Any
 
 from market_analyst.cli.common import emit_json
 from market_analyst.errors import RunStopped
-from market_analyst.formatting import one_decimal, pct, signed_pct
+from market_analyst.formatting import one_decimal, pct, price, signed_pct, two_decimals
 
 
-def draft_json(view: Any) -> dict[str, Any]:
-    """The view with the draft's headline fields at the top level, as `analyze --json` prints it."""
-    data = view.to_json()
-    draft = view.draft or {}
+def thread_json(view: Any) -> dict[str, Any]:
+    """A thread as every run command prints it with --json (docs/thread.schema.json): where it stands
+    at the top level, the draft once, under `draft`, with its figures at full precision."""
+    data: dict[str, Any] = view.to_json()
     data["pending_node"] = view.next[0] if view.next else None
-    for field in ("draft_id", "recommendation", "confidence", "figures", "as_of", "data_source", "headline"):
-        data[field] = draft.get(field)
-    data["profile"] = (draft.get("profile") or {}).get("statement")
     return data
 
 
@@ -32,13 +29,25 @@ def render_draft(view: Any) -> None:
         f"  Returns 1M {signed_pct(f.get('return_1m'))}, 3M {signed_pct(f.get('return_3m'))}, "
         f"6M {signed_pct(f.get('return_6m'))}, "
         f"1Y {signed_pct(f.get('return_1y'))}; volatility {pct(f.get('volatility_1y'))}, "
-        f"max drawdown {pct(f.get('max_drawdown_1y'))}; RSI(14) {one_decimal(f.get('rsi_14'))}; "
-        f"trend {f.get('trend')}"
+        f"max drawdown {pct(f.get('max_drawdown_1y'))}; RSI(14) {one_decimal(f.get('rsi_14'))}"
+    )
+    print(
+        f"  Trend {f.get('trend')}: SMA 50 {price(f.get('sma_50'))}, SMA 200 {price(f.get('sma_200'))}"
+        + _beta(f.get("benchmark"))
     )
     print(f"  Data: {d.get('data_source')}")
     print(f"  Profile: {(d.get('profile') or {}).get('statement')}")
     analyst = d.get("analyst") or {}
     print(f"  Analyst: {analyst.get('name')} (version {analyst.get('version')})")
+
+
+def _beta(benchmark: Any) -> str:
+    if not isinstance(benchmark, dict):
+        return ""
+    return (
+        f"; beta {two_decimals(benchmark.get('beta'))} against the S&P 500, "
+        f"relative return {signed_pct(benchmark.get('relative_return'))}"
+    )
 
 
 def render_view(view: Any) -> None:
@@ -65,7 +74,7 @@ def render_view(view: Any) -> None:
 def show(view: Any, json_output: bool) -> None:
     """Print a run's view: the draft's JSON object, or the text rendering."""
     if json_output:
-        emit_json(draft_json(view))
+        emit_json(thread_json(view))
     else:
         render_view(view)
 

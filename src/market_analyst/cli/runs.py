@@ -6,7 +6,7 @@ import typer
 
 from market_analyst.choices import CheckpointerKind, Durability, Horizon, MarketDataKind, RiskTolerance
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings, progress_printer
-from market_analyst.cli.render import draft_json, render_revision, render_view, show, stops_as_json
+from market_analyst.cli.render import render_revision, render_view, show, stops_as_json, thread_json
 
 DURABILITY_HELP = "When checkpoints are written: sync (default), async or exit. Env: MA_DURABILITY."
 CHECKPOINTER_HELP = "postgres (default) or redis. Env: MA_CHECKPOINTER."
@@ -62,7 +62,7 @@ def approve(
             settings, thread_id, user=user, note=note, allow_stale=allow_stale, progress=progress_printer()
         )
     if json_output:
-        emit_json(view.to_json())
+        emit_json(thread_json(view))
     else:
         print(f"Published thread {view.thread_id}: archive key {(view.publication or {}).get('key')}")
         if view.publication and not view.publication.get("created"):
@@ -82,7 +82,7 @@ def reject(
     with stops_as_json(json_output):
         view = reject_thread(load_settings(checkpointer=checkpointer), thread_id, reason=reason, user=user)
     if json_output:
-        emit_json(view.to_json())
+        emit_json(thread_json(view))
     else:
         print(f"Rejected thread {view.thread_id}: nothing was published.")
 
@@ -114,7 +114,7 @@ def revise(
             progress=None if json_output else progress_printer(),
         )
     if json_output:
-        emit_json(draft_json(view))
+        emit_json(thread_json(view))
     else:
         render_revision(view)
         render_view(view)
@@ -133,7 +133,7 @@ def resume(
     with stops_as_json(json_output):
         view = resume_thread(settings, thread_id, progress=None if json_output else progress_printer())
     if json_output:
-        emit_json(draft_json(view))
+        emit_json(thread_json(view))
     else:
         print(f"{view.message.capitalize()}.")
         render_view(view)

@@ -8,14 +8,18 @@ run again on `resume`. Every result goes back to the model, and becomes a fact i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, ToolRuntime
+from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from market_analyst.analyst import windows
 from market_analyst.errors import UserError
 from market_analyst.market_data import BENCHMARK
+from market_analyst.ports import Deps
 from market_analyst.state import ProfileUsed
 
 Window = Literal["1M", "3M", "6M", "1Y", "2Y", "3Y", "5Y"]
@@ -79,6 +83,16 @@ TOOLS = [figures_over_window, benchmark_comparison, price_on, drawdown_episodes,
 TOOL_NAMES = frozenset(t.name for t in TOOLS)
 
 
-def tool_node() -> ToolNode:
-    """The node that runs one tool call per task; a failing tool answers the model with its error."""
-    return ToolNode(TOOLS, handle_tool_errors=True)
+def tool_node(default_deps: Deps | None = None) -> ToolNode:
+    """The node that runs one tool call per task; a failing tool answers the model with its error.
+    With `default_deps`, a call whose run brought no Deps (a LangGraph server's) uses those."""
+    if default_deps is None:
+        return ToolNode(TOOLS, handle_tool_errors=True)
+
+    def with_deps(request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
+        runtime: ToolRuntime[Any, Any] = request.runtime
+        if not isinstance(runtime.context, Deps):
+            request = replace(request, runtime=replace(runtime, context=default_deps))
+        return execute(request)
+
+    return ToolNode(TOOLS, handle_tool_errors=True, wrap_tool_call=with_deps)
