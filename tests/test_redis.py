@@ -186,3 +186,29 @@ def test_make_demo_runs_on_redis(tmp_path: Path, redis_url: str):
     assert "bundled snapshot, as of 2025-02-14" in json.loads(documents[0].read_text())["markdown"]
     assert not (data_dir / "postgres").exists()  # the embedded PostgreSQL was never started
     assert "== What next" in result.stdout and "PostgreSQL" not in result.stdout.split("== What next")[1]
+
+
+def test_the_strict_serializer_revives_messages_and_imports_no_other_name():
+    """The LLM analyst's messages come back as messages; an envelope naming any other module is left
+    as it is, announced as blocked, and its module is never imported."""
+    import sys
+
+    from langchain_core.load import dumpd
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
+
+    from market_analyst.persistence.redis_serde import StrictRedisSerializer
+
+    serde, blocked = StrictRedisSerializer(), []
+    unregister = register_serde_event_listener(blocked.append)
+    sys.modules.pop("tests.support.planted", None)
+    try:
+        assert serde._revive_if_needed(dumpd(AIMessage(content="hi"))) == AIMessage(content="hi")
+        for lc in (1, 2):
+            envelope = {"lc": lc, "type": "constructor", "id": ["tests", "support", "planted", "Planted"]}
+            envelope["kwargs"] = {"payload": "rm -rf /"}
+            assert serde._revive_if_needed({"question": envelope}) == {"question": envelope}
+    finally:
+        unregister()
+    assert "tests.support.planted" not in sys.modules
+    assert [(e["kind"], e["name"]) for e in blocked] == [("msgpack_blocked", "Planted")] * 2
