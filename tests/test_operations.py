@@ -117,6 +117,12 @@ def test_history_names_every_node_and_fork_starts_a_new_thread(cli: Cli):
         "has nothing left to run"
         in cli.fails("fork", thread, "--checkpoint", history[-1]["checkpoint_id"]).stderr
     )
+    at_gate = next(e for e in history if e["next"] == ["publish"])  # the draft, before any decision
+    waiting = cli.ok("fork", thread, "--checkpoint", at_gate["checkpoint_id"], "--json").json()
+    assert waiting["status"] == "awaiting_approval" and waiting["approval"] is None
+    assert waiting["draft"]["draft_id"] == original["draft"]["draft_id"]
+    assert len(cli.archive_files()) == 2  # forking at the gate publishes nothing
+    assert waiting["thread_id"] in {t["thread_id"] for t in _listed(cli, "--pending", "--limit", "200")}
 
 
 @pytest.mark.parametrize("cli", ["redis"], indirect=True)
@@ -145,6 +151,29 @@ def test_prune_removes_finished_threads_and_keeps_the_waiting_one(own_store: Cli
     assert len(cli.archive_files()) == 2
     assert "Would remove 0" in cli.ok("prune", "--finished-before", "90d", "--dry-run").stdout  # too recent
     assert "not an age" in cli.fails("prune", "--finished-before", "soon", "--yes").stderr
+    too_old = cli.fails("prune", "--finished-before", "1000000d", "--yes")
+    assert too_old.returncode == 2 and "before the year 1" in too_old.stderr
+    assert "Traceback" not in too_old.stderr
+
+
+def test_a_stale_row_corrected_by_a_listing_is_dated_by_the_thread_not_the_row(own_store: Cli):
+    """A listing that finds a row behind its thread (a command killed between its checkpoint and its
+    row, or a listing racing it) corrects it with the thread's own time, so a thread rejected just
+    now is not pruned as if it had finished when it started."""
+    from market_analyst.persistence.checkpointers import open_checkpointer
+    from market_analyst.ports import ThreadRow
+    from market_analyst.settings import Settings
+
+    cli = own_store
+    old = {"SOURCE_DATE_EPOCH": str(T0)}
+    thread = cli.ok("analyze", "NVDA", "--json", extra_env=old).json()["thread_id"]
+    row = next(t for t in _listed(cli) if t["thread_id"] == thread)
+    cli.ok("reject", thread, "--reason", "not now")
+    with open_checkpointer(Settings.load(environ=cli.env, dotenv=None)) as backend:  # the row as it was
+        backend.index.record(ThreadRow(**{k: v for k, v in row.items() if k != "draft_age_seconds"}))
+    assert [t["status"] for t in _listed(cli) if t["thread_id"] == thread] == ["rejected"]
+    assert thread not in cli.ok("prune", "--finished-before", "90d", "--dry-run").stdout
+    assert "Would remove 1" in cli.ok("prune", "--finished-before", "0d", "--dry-run").stdout
 
 
 def _store_of(cli: Cli, user: str) -> dict:
@@ -212,32 +241,36 @@ def test_a_checkpoint_holding_a_type_outside_the_allow_list_is_refused(cli: Cli)
     from market_analyst.graph import build_graph
     from market_analyst.persistence.checkpointers import open_checkpointer
     from market_analyst.settings import Settings
-    from tests.support.planted import Planted
+    from market_analyst.workflow.views import config_for
+    from tests.support.planted import Planted, PlantedTime
 
     user = unique_id("planted")
     thread = cli.ok("analyze", "NVDA", "--user", user, "--json").json()["thread_id"]
     other = cli.ok("analyze", "MSFT", "--user", user, "--json").json()["thread_id"]
+    timed = cli.ok("analyze", "TSLA", "--user", user, "--json").json()["thread_id"]
     cli.ok("status", thread)  # ordinary runs load under strict deserialisation
     settings = Settings.load(environ=cli.env, dotenv=None)
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver)
         config = {"configurable": {"thread_id": thread}}
         graph.update_state(config, {"question": Planted("rm -rf /")})  # written through the saver
+        graph.update_state(config_for(timed), {"question": PlantedTime(2025, 2, 14)})
         build_deps(settings)
     refused = cli.fails("status", thread)
     assert refused.returncode == 2 and "tests.support.planted.Planted" in refused.stderr
     assert "refused rather than read wrongly" in refused.stderr
     assert "tests.support.planted.Planted" in cli.fails("approve", thread).stderr
+    assert "tests.support.planted.PlantedTime" in cli.fails("status", timed).stderr  # a method call
     # one unreadable thread does not take the listings down with it
     listed = {row["thread_id"] for row in cli.ok("threads", "--user", user, "--json").json()}
-    assert listed == {thread, other}
+    assert listed == {thread, other, timed}
     from market_analyst.workflow.inbox import pending_drafts
 
     assert thread not in {d.thread_id for d in pending_drafts(settings)}
     assert other in {d.thread_id for d in pending_drafts(settings)}
     # and forgetting its user erases it all the same
     forgotten = cli.ok("forget", "--user", user, "--yes", "--json").json()
-    assert sorted(forgotten["threads"]) == sorted([thread, other])
+    assert sorted(forgotten["threads"]) == sorted([thread, other, timed])
     assert "unknown thread" in cli.fails("status", thread).stderr
 
 
@@ -250,3 +283,40 @@ def test_reports_list_newest_first_with_the_count_of_the_rest(cli: Cli):
     listed = cli.ok("reports", "list", "--limit", "2", "--json")
     assert [r["key"] for r in listed.json()] == [keys[2], keys[1]] and "and 1 more" in listed.stderr
     assert [r["key"] for r in cli.ok("reports", "list", "--json").json()] == keys[::-1]
+
+
+def test_a_refusal_in_one_thread_does_not_refuse_a_read_in_another():
+    """The serde hook is process-wide and the web server reads in a pool: a type refused while one
+    thread reads must not make a clean read in another thread fail."""
+    import threading
+    from typing import TypedDict
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.serde.event_hooks import emit_serde_event
+    from langgraph.graph import END, START, StateGraph
+
+    from market_analyst.workflow.views import config_for, read_state
+
+    class State(TypedDict):
+        x: int
+
+    builder = StateGraph(State)
+    builder.add_node("step", lambda state: {"x": state["x"] + 1})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    graph.invoke({"x": 1}, config_for("clean"))
+    done = threading.Event()
+
+    def refuse_elsewhere() -> None:
+        while not done.is_set():
+            emit_serde_event({"kind": "msgpack_blocked", "module": "elsewhere", "name": "Refused"})
+
+    other = threading.Thread(target=refuse_elsewhere)
+    other.start()
+    try:
+        for _ in range(2000):
+            assert read_state(graph, config_for("clean")).values == {"x": 2}
+    finally:
+        done.set()
+        other.join()

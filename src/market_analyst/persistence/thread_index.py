@@ -174,8 +174,8 @@ def _row_of(doc: dict[str, Any]) -> ThreadRow:
 
     return ThreadRow(
         thread_id=str(text("thread_id")),
-        user_id=str(text("user_id")),
-        ticker=str(text("ticker")),
+        user_id=text("user_id") or "",
+        ticker=text("ticker") or "",
         status=str(text("status")),
         created_at=str(text("created_at")),
         updated_at=str(text("updated_at")),

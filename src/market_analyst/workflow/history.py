@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from market_analyst.errors import UserError
+from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.runs import advance
 from market_analyst.workflow.session import Progress, Run, open_run
-from market_analyst.workflow.views import ThreadView, config_for, require_view, view_of
+from market_analyst.workflow.threads import record, stamp
+from market_analyst.workflow.views import ThreadView, config_for, read_state, require_view, view_of
 
 # The node that runs before each one (the LLM analyst's tools run after a turn of analyze).
 _RUNS_AFTER = {
@@ -119,7 +121,7 @@ def fork_thread(
         if view_of(run.graph, new_thread_id) is not None:
             raise UserError(f"thread {new_thread_id} already has a run; fork into a new thread ID")
         at = {"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id, "checkpoint_ns": ""}}
-        snapshot = run.graph.get_state(at)
+        snapshot = read_state(run.graph, at)
         see = f"see 'market-analyst history {thread_id}'"
         if snapshot.metadata is None or snapshot.config["configurable"].get("checkpoint_id") != checkpoint_id:
             raise UserError(f"thread {thread_id} has no checkpoint {checkpoint_id} ({see})")
@@ -128,11 +130,19 @@ def fork_thread(
                 f"checkpoint {checkpoint_id} has nothing left to run; fork from one with a next node ({see})"
             )
         values = {k: v for k, v in snapshot.values.items() if k not in ("approval", "publication")}
-        values["started_at"] = settings.now().isoformat(timespec="seconds")
+        now = stamp(settings.now())
+        values["started_at"] = now
+        ticker, user_id = str(values.get("ticker", "")), str(values.get("user_id", ""))
+        # Listed from the start, as `analyze` does, so that a fork stopped half-way is still found
+        # by `threads`, `prune` and `forget`.
+        run.backend.index.record(ThreadRow(new_thread_id, user_id, ticker, "in_progress", now, now))
         # Written as if the node before the checkpoint's next one had just finished: the new thread
         # carries on from where the original stood then.
         run.graph.update_state(config_for(new_thread_id), values, as_node=_RUNS_AFTER[snapshot.next[0]])
-        advance(run, None, new_thread_id, progress, ticker=str(values.get("ticker", "TICKER")))
+        if snapshot.next[0] == "publish":  # forked at the gate: it waits there for its own decision
+            record(run, new_thread_id)
+        else:
+            advance(run, None, new_thread_id, progress, ticker=ticker or "TICKER")
         view = require_view(run.graph, new_thread_id)
     view.extra = {"forked_from": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}
     return view

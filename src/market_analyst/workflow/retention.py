@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from market_analyst.deps import open_archive, open_profiles
-from market_analyst.errors import ThreadBusy
+from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.ports import ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
 from market_analyst.state import validate_user_id
@@ -71,7 +71,11 @@ class PruneResult:
 def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = False) -> PruneResult:
     """Remove published and rejected threads whose last update is at least `finished_before` old; their
     reports stay in the archive. A thread awaiting approval or in progress is never removed."""
-    cutoff = stamp(settings.now() - parse_duration(finished_before, "--finished-before"))
+    age = parse_duration(finished_before, "--finished-before")
+    try:
+        cutoff = stamp(settings.now() - age)
+    except OverflowError:
+        raise UserError(f"--finished-before {finished_before} reaches back before the year 1") from None
     with open_run(settings) as run:
         backfill(run)
         rows = _all_rows(run, ThreadQuery(statuses=FINISHED, finished_before=cutoff, limit=_PAGE))

@@ -107,8 +107,8 @@ def _checked(run: Any, rows: list[ThreadRow], query: ThreadQuery) -> list[Thread
         if view is None:
             run.backend.index.remove(row.thread_id)
             continue
-        if view.status != row.status:
-            row = row_for(view, row.updated_at)
+        if view.status != row.status:  # dated by the thread's latest checkpoint, as prune reads it
+            row = row_for(view, _stamp_of(view.updated_at) or row.updated_at)
             run.backend.index.record(row)
         if not query.statuses or row.status in query.statuses:
             checked.append(row)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -65,15 +66,22 @@ def _status(snapshot: Any, values: dict[str, Any]) -> tuple[ThreadStatus, list[s
     return "ended", next_nodes
 
 
+# What LangGraph announces when strict deserialisation leaves a value unread: a type, or a method
+# (such as a constructor like `Decimal.from_float`) outside the allow-list.
+_BLOCKED = ("msgpack_blocked", "msgpack_method_blocked")
+
+
 def read_state(graph: Any, config: dict[str, Any]) -> Any:
     """The graph's state at `config`, refusing a checkpoint that holds a type strict deserialisation
     would not load (it would come back as a bare dict and be read wrongly)."""
     from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 
     blocked: list[str] = []
+    reader = threading.get_ident()
 
     def listen(event: Any) -> None:
-        if event.get("kind") == "msgpack_blocked":
+        # The hook is process-wide: only this thread's reads count (the web server reads in a pool).
+        if event.get("kind") in _BLOCKED and threading.get_ident() == reader:
             blocked.append(f"{event.get('module')}.{event.get('name')}")
 
     unregister = register_serde_event_listener(listen)
