@@ -176,6 +176,27 @@ def test_a_stale_row_corrected_by_a_listing_is_dated_by_the_thread_not_the_row(o
     assert "Would remove 1" in cli.ok("prune", "--finished-before", "0d", "--dry-run").stdout
 
 
+def test_prune_killed_part_way_is_simply_run_again(own_store: Cli):
+    cli = own_store
+    ids = [_three_threads(cli, "erin", "frank") for _ in range(2)]
+    finished = {i[k] for i in ids for k in ("approved", "rejected")}
+    waiting = {i["pending"] for i in ids}
+    reports = {p.name: p.read_bytes() for p in cli.archive_files()}
+    for delay in (0.6, 0.3, 0.15, 0.05):
+        killed = cli.harness.run(
+            ["prune", "--finished-before", "0d", "--yes"], cli.env, kill_point=f"at:{delay}"
+        )
+        if killed.killed:
+            break
+    assert killed.killed  # the kill landed before prune finished
+    cli.ok("prune", "--finished-before", "0d", "--yes")
+    assert {t["thread_id"] for t in _listed(cli)} == waiting  # every finished thread gone, none waiting
+    for gone in finished:
+        assert "unknown thread" in cli.fails("status", gone).stderr
+    assert {p.name: p.read_bytes() for p in cli.archive_files()} == reports  # reports stay archived
+    assert "Removed 0" in cli.ok("prune", "--finished-before", "0d", "--yes").stdout
+
+
 def _store_of(cli: Cli, user: str) -> dict:
     """Everything the stores return for `user` (but the drafts' ages, which grow as the test runs)."""
     return {
