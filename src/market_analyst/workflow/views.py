@@ -67,7 +67,7 @@ def _status(snapshot: Any, values: dict[str, Any]) -> tuple[ThreadStatus, list[s
 
 
 # What LangGraph announces when strict deserialisation leaves a value unread: a type, or a method
-# (such as a constructor like `Decimal.from_float`) outside the allow-list.
+# (such as `fromisoformat` on a datetime subclass) outside the allow-list.
 _BLOCKED = ("msgpack_blocked", "msgpack_method_blocked")
 
 
