@@ -341,3 +341,35 @@ def test_a_refusal_in_one_thread_does_not_refuse_a_read_in_another():
     finally:
         done.set()
         other.join()
+
+
+def test_the_thread_index_keeps_every_row_when_processes_write_at_once(own_store: Cli):
+    """Six `analyze` at once, then decisions and listings at once on the same threads: every thread
+    keeps its own row (no row lost, no field from another thread), and the listing shows each
+    thread's status as its saved state has it."""
+    from market_analyst.persistence.checkpointers import open_checkpointer
+    from market_analyst.ports import ThreadQuery
+    from market_analyst.settings import Settings
+
+    cli = own_store
+    tickers = ("NVDA", "MSFT", "NFLX", "TSLA", "NVDA", "MSFT")
+    started = cli.harness.run_together(
+        [(["analyze", t, "--user", f"writer{i}", "--json"], cli.env) for i, t in enumerate(tickers)]
+    )
+    ids = [outcome.check().json()["thread_id"] for outcome in started]
+    decisions = [["approve", ids[i]] for i in range(3)] + [
+        ["reject", ids[i], "--reason", "no"] for i in (3, 4)
+    ]
+    listings = [["threads", "--json"]] * 3
+    for outcome in cli.harness.run_together([(argv, cli.env) for argv in decisions + listings]):
+        outcome.check()
+
+    with open_checkpointer(Settings.load(environ=cli.env, dotenv=None)) as backend:
+        rows, _ = backend.index.query(ThreadQuery(limit=100))
+    assert {r.thread_id: (r.user_id, r.ticker) for r in rows} == {
+        ids[i]: (f"writer{i}", t) for i, t in enumerate(tickers)
+    }
+    want = ["published"] * 3 + ["rejected"] * 2 + ["awaiting_approval"]
+    shown = {t["thread_id"]: t["status"] for t in _listed(cli)}
+    assert shown == dict(zip(ids, want, strict=True))
+    assert len(cli.archive_files()) == 3
