@@ -16,6 +16,8 @@ from tests.support.services import RedisServer
 
 T0 = 1739577600  # 2025-02-15T00:00:00Z
 DAY = 86_400
+# Kills prune or forget right after the first thread is erased (see tests/support/crash_child.py).
+AFTER_FIRST_ERASE = "call:after:market_analyst.workflow.retention:_erase:1"
 
 
 @pytest.fixture(params=["postgres", "redis"])
@@ -182,13 +184,12 @@ def test_prune_killed_part_way_is_simply_run_again(own_store: Cli):
     finished = {i[k] for i in ids for k in ("approved", "rejected")}
     waiting = {i["pending"] for i in ids}
     reports = {p.name: p.read_bytes() for p in cli.archive_files()}
-    for delay in (0.6, 0.3, 0.15, 0.05):
-        killed = cli.harness.run(
-            ["prune", "--finished-before", "0d", "--yes"], cli.env, kill_point=f"at:{delay}"
-        )
-        if killed.killed:
-            break
-    assert killed.killed  # the kill landed before prune finished
+    killed = cli.harness.run(
+        ["prune", "--finished-before", "0d", "--yes"], cli.env, kill_point=AFTER_FIRST_ERASE
+    )
+    assert killed.killed
+    listed = {t["thread_id"] for t in _listed(cli)}
+    assert waiting < listed and len(listed - waiting) == 3  # killed after the first of four went
     cli.ok("prune", "--finished-before", "0d", "--yes")
     assert {t["thread_id"] for t in _listed(cli)} == waiting  # every finished thread gone, none waiting
     for gone in finished:
@@ -221,11 +222,12 @@ def test_forget_erases_one_user_everywhere_and_survives_a_kill(own_store: Cli):
     }
     dave_before = _store_of(cli, "dave")
 
-    # Killed part-way (the kill lands while it erases); the second run finishes the job.
-    for delay in (0.6, 0.3, 0.15, 0.05):
-        killed = cli.harness.run(["forget", "--user", "carol", "--yes"], cli.env, kill_point=f"at:{delay}")
-        if killed.killed:
-            break
+    # Killed part-way (after the first of carol's three threads went); the second run finishes the job.
+    killed = cli.harness.run(["forget", "--user", "carol", "--yes"], cli.env, kill_point=AFTER_FIRST_ERASE)
+    assert killed.killed
+    halfway = _store_of(cli, "carol")
+    assert len(halfway["threads"]) == 2 and len(halfway["reports"]) == 2
+    assert halfway["profile"]["source"] != "default"
     report = cli.ok("forget", "--user", "carol", "--yes", "--json").json()
     assert report["user_id"] == "carol" and report["busy"] == []
     after = _store_of(cli, "carol")

@@ -9,6 +9,9 @@ Kill points:
   before:NODE#N         the Nth time NODE starts in this process (the LLM analyst's loop runs
                         `analyze` once a model turn); likewise after:NODE#N
   at:SECONDS            a timer fires after SECONDS, wherever the run is
+  call:before|after:MODULE:ATTR[:N]
+                        just before or after the Nth call of MODULE's ATTR (a function, or
+                        `Class.method`), for commands that run no graph (prune, forget)
   pause-before:NODE:DIR not a kill: as NODE starts, create DIR/reached and wait for DIR/go
                         (the test stops the database in between)
   none                  no kill (a reference run through the same entry point)
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import os
 import signal
 import sys
@@ -111,6 +115,32 @@ def log_nodes(path: str) -> None:
     add_node_wrapper(wrapper)
 
 
+def arm_call(spec: str) -> None:
+    """SIGKILL this process just before or just after the N-th call (default the first) of a module's
+    function or `Class.method`: `before|after:MODULE:ATTR[:N]`."""
+    when, module_name, attr, *rest = spec.split(":")
+    nth = int(rest[0]) if rest else 1
+    owner: Any = importlib.import_module(module_name)
+    *path, name = attr.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    original: Callable[..., Any] = getattr(owner, name)
+    calls = 0
+
+    @functools.wraps(original)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == nth and when == "before":
+            _die()
+        result = original(*args, **kwargs)
+        if calls == nth and when == "after":
+            _die()
+        return result
+
+    setattr(owner, name, wrapped)
+
+
 def install(kill_point: str) -> None:
     """Arm the kill point in this process."""
     if kill_point == "none":
@@ -128,6 +158,9 @@ def install(kill_point: str) -> None:
         nothing: Callable[[], None] = lambda: None  # noqa: E731
         before, after = (_die, nothing) if kind == "before" else (nothing, _die)
         _around(node, before, after, int(nth or 1))
+        return
+    if kind == "call":
+        arm_call(arg)
         return
     if kind == "at":
         timer = threading.Timer(float(arg), _die)

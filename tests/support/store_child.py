@@ -5,24 +5,21 @@
 `--go FILE`: import everything a command needs, print "ready", and start only once FILE exists, so
 several children reach their stores at the same moment instead of one import apart.
 `--kill before|after:MODULE:ATTR[:N]`: SIGKILL this process just before, or just after, the N-th call
-(default the first) of MODULE's ATTR (a function, or `Class.method`). Only this child is patched;
-the store, the files and the kill are real.
+(default the first) of MODULE's ATTR (`crash_child.arm_call`). Only this child is patched; the
+store, the files and the kill are real.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
-import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from tests.support import REPO
+from tests.support.crash_child import arm_call
 
 # What commands import on their way to a store; loaded before "ready" (not qdrant_client: commands
 # on Qdrant Edge never import it, and the migration that does is what some children are killed in).
@@ -57,42 +54,12 @@ def start(
     return proc
 
 
-def _die() -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _arm(spec: str) -> None:
-    when, module_name, attr, *rest = spec.split(":")
-    nth = int(rest[0]) if rest else 1
-    owner: Any = importlib.import_module(module_name)
-    *path, name = attr.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    original: Callable[..., Any] = getattr(owner, name)
-    calls = 0
-
-    @functools.wraps(original)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == nth and when == "before":
-            _die()
-        result = original(*args, **kwargs)
-        if calls == nth and when == "after":
-            _die()
-        return result
-
-    setattr(owner, name, wrapped)
-
-
 def main(argv: list[str]) -> None:
     split = argv.index("--")
     options, args = argv[:split], argv[split + 1 :]
     named = dict(zip(options[::2], options[1::2], strict=True))
     if "--kill" in named:
-        _arm(named["--kill"])
+        arm_call(named["--kill"])
     if "--go" in named:
         for module in PRELOAD:
             importlib.import_module(module)
