@@ -375,3 +375,22 @@ def test_the_thread_index_keeps_every_row_when_processes_write_at_once(own_store
     shown = {t["thread_id"]: t["status"] for t in _listed(cli)}
     assert shown == dict(zip(ids, want, strict=True))
     assert len(cli.archive_files()) == 3
+
+
+def test_forget_erases_a_profile_that_no_longer_validates(cli: Cli):
+    """A stored profile that fails validation (written by an older or foreign program) does not stop
+    `forget`: it is counted by --dry-run and erased with the rest."""
+    from market_analyst.deps import open_profiles
+    from market_analyst.persistence.profile_fields import point_id_for
+    from market_analyst.settings import Settings
+
+    user = unique_id("oldprofile")
+    thread = cli.ok("analyze", "NVDA", "--user", user, "--json").json()["thread_id"]
+    cli.ok("approve", thread)
+    with open_profiles(Settings.load(environ=cli.env, dotenv=None)).session() as session:
+        session._put([(point_id_for(user), {"user_id": user, "risk_tolerance": "reckless"})])
+    assert cli.fails("profile", "show", "--user", user).returncode == 2  # unreadable
+    assert cli.ok("forget", "--user", user, "--dry-run", "--json").json()["profile"] == 1
+    done = cli.ok("forget", "--user", user, "--yes", "--json").json()
+    assert done["profile"] == 1 and done["threads"] == [thread] and len(done["reports"]) == 1
+    assert cli.ok("profile", "show", "--user", user, "--json").json()["source"] == "default"

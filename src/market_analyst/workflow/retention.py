@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from market_analyst.deps import open_archive, open_profiles
 from market_analyst.errors import ThreadBusy, UserError
-from market_analyst.ports import ThreadQuery, ThreadRow
+from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
 from market_analyst.state import validate_user_id
 from market_analyst.workflow.session import Run, open_run
@@ -127,11 +127,17 @@ def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> Forg
     archive = open_archive(settings)
     result.reports = [summary.key for summary in archive.search(user_id=user).reports]
     profiles = open_profiles(settings)
-    has_profile = profiles.get(user) is not None
-    if not dry_run:
-        for key in result.reports:
-            archive.remove(key)
-        if has_profile:
-            profiles.delete(user)
-    result.profile = int(has_profile)
+    if dry_run:
+        result.profile = int(_has_profile(profiles, user))
+        return result
+    for key in result.reports:
+        archive.remove(key)
+    result.profile = int(profiles.delete(user))  # readable or not, it goes
     return result
+
+
+def _has_profile(profiles: ProfileReader, user: str) -> bool:
+    try:
+        return profiles.get(user) is not None
+    except UserError:  # stored but no longer valid: forget would erase it all the same
+        return True
