@@ -42,6 +42,23 @@ def test_a_bad_setting_is_one_line_and_exit_2(
     assert result.returncode == 2 and needle in result.stderr
 
 
+def test_spaces_around_a_setting_do_not_count():
+    """`MA_DATA_DIR= /x ` is /x, a key of spaces is no key (the built-in analyst), `MA_USER= bob` is bob."""
+    from market_analyst.settings import Settings
+
+    settings = Settings.load(
+        environ={
+            "MA_DATA_DIR": " /tmp/x ",
+            "OPENAI_API_KEY": "  ",
+            "MA_USER": " bob",
+            "MA_APPROVERS": " a , b",
+        },
+        dotenv=None,
+    )
+    assert settings.data_dir == Path("/tmp/x") and settings.openai_api_key is None
+    assert settings.user == "bob" and settings.approvers == {"a", "b"}
+
+
 @pytest.mark.parametrize("where", ["is", "under"])
 @pytest.mark.parametrize("args", [("analyze", "NVDA"), ("profile", "set", "--horizon", "long")])
 def test_a_data_directory_that_is_a_file_is_one_line(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_core import PydanticUseDefault
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -194,6 +195,17 @@ class Settings(BaseSettings):
         scheme, _, rest = value.partition("://")
         if scheme.lower() not in ("http", "https") or not rest.strip("/"):
             raise ValueError("must be an http:// or https:// URL such as http://localhost:6333")
+        return value
+
+    # Defined last, so it runs before every other "before" validator: a value's surrounding spaces
+    # never count, and one that is only spaces means the default, as an empty one does.
+    @field_validator("*", mode="before")
+    @classmethod
+    def _stripped(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                raise PydanticUseDefault()
         return value
 
     @classmethod
