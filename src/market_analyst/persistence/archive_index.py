@@ -225,8 +225,8 @@ class ArchiveIndex:
         rows, bad = self._read_rows(changed, read, errors, problems)
         self._apply(conn, rows, bad)
         fresh = {row[0]: ReportSummary(*row[:8]) for row in rows}
-        order = [summary[0] for *summary, _, _ in found]
-        return sorted([*shown, *fresh.values()], key=lambda r: order.index(r.key))
+        rank = {summary[0]: i for i, (*summary, _, _) in enumerate(found)}
+        return sorted([*shown, *fresh.values()], key=lambda r: rank[r.key])
 
     def _query(
         self,
