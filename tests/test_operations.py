@@ -284,6 +284,7 @@ def test_a_checkpoint_holding_a_type_outside_the_allow_list_is_refused(cli: Cli)
     assert "refused rather than read wrongly" in refused.stderr
     assert "tests.support.planted.Planted" in cli.fails("approve", thread).stderr
     assert "tests.support.planted.PlantedTime" in cli.fails("status", timed).stderr  # a method call
+    assert "tests.support.planted.Planted" in cli.fails("history", thread).stderr  # every checkpoint read
     # one unreadable thread does not take the listings down with it
     listed = {row["thread_id"] for row in cli.ok("threads", "--user", user, "--json").json()}
     assert listed == {thread, other, timed}

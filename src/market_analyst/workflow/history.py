@@ -14,7 +14,14 @@ from market_analyst.state import validate_thread_id
 from market_analyst.workflow.runs import advance
 from market_analyst.workflow.session import Progress, Run, open_run
 from market_analyst.workflow.threads import record, stamp
-from market_analyst.workflow.views import ThreadView, config_for, read_state, require_view, view_of
+from market_analyst.workflow.views import (
+    ThreadView,
+    config_for,
+    read_history,
+    read_state,
+    require_view,
+    view_of,
+)
 
 # The node that runs before each one (the LLM analyst's tools run after a turn of analyze).
 _RUNS_AFTER = {
@@ -82,7 +89,7 @@ def thread_history(settings: Settings, thread_id: str) -> list[HistoryEntry]:
     with open_run(settings) as run:
         _no_history(run)
         require_view(run.graph, thread_id)
-        snapshots = list(run.graph.get_state_history(config_for(thread_id)))[::-1]
+        snapshots = read_history(run.graph, config_for(thread_id))[::-1]
     by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snapshots}
     entries: list[HistoryEntry] = []
     previous: dict[str, Any] = {}

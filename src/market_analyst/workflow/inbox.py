@@ -14,7 +14,7 @@ from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.session import open_run
 from market_analyst.workflow.threads import list_threads
-from market_analyst.workflow.views import ThreadView, UnreadableThread, config_for, view_of
+from market_analyst.workflow.views import ThreadView, UnreadableThread, config_for, read_history, view_of
 
 # How far back a thread's history is read for its earlier drafts (a revision adds a few checkpoints).
 HISTORY_LIMIT = 200
@@ -90,7 +90,7 @@ def thread_details(settings: Settings, thread_id: str) -> ThreadDetails | None:
         view = view_of(run.graph, thread_id)
         if view is None:
             return None
-        history = list(run.graph.get_state_history(config_for(thread_id), limit=HISTORY_LIMIT))
+        history = read_history(run.graph, config_for(thread_id), limit=HISTORY_LIMIT)
     drafts: dict[str, dict[str, Any]] = {}
     for snapshot in reversed(history):  # oldest first
         draft = (snapshot.values or {}).get("draft")

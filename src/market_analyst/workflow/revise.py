@@ -16,7 +16,7 @@ from market_analyst.errors import UserError
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.runs import Progress, advance, open_run
-from market_analyst.workflow.views import ThreadView, config_for, decidable_view, require_view
+from market_analyst.workflow.views import ThreadView, config_for, decidable_view, read_state, require_view
 
 MAX_FEEDBACK_CHARS = 2000
 
@@ -79,7 +79,7 @@ def revise_thread(
     check_analyst(settings)
     with open_run(settings, thread_id, build_deps(settings, progress)) as run:
         before = decidable_view(run.graph, thread_id, "revise")
-        values = run.graph.get_state(config_for(thread_id)).values
+        values = read_state(run.graph, config_for(thread_id)).values
         # Written as if fetch_market_data had just finished, so the analyst runs again, then the draft.
         updates = _updates(values, feedback, question, options)
         run.graph.update_state(config_for(thread_id), updates, as_node="fetch_market_data")

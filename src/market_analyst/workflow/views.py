@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -74,6 +76,22 @@ _BLOCKED = ("msgpack_blocked", "msgpack_method_blocked")
 def read_state(graph: Any, config: dict[str, Any]) -> Any:
     """The graph's state at `config`, refusing a checkpoint that holds a type strict deserialisation
     would not load (it would come back as a bare dict and be read wrongly)."""
+    with _refusing_unloaded(config) as check:
+        snapshot = check(graph.get_state(config))
+    return snapshot
+
+
+def read_history(graph: Any, config: dict[str, Any], limit: int | None = None) -> list[Any]:
+    """The thread's checkpoints, newest first (at most `limit`), refused as `read_state` refuses."""
+    with _refusing_unloaded(config) as check:
+        snapshots = [check(s) for s in graph.get_state_history(config, limit=limit)]
+    return snapshots
+
+
+@contextmanager
+def _refusing_unloaded(config: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
+    """Reads in this block that strict deserialisation left unloaded raise `UnreadableThread` at its end;
+    the block passes each snapshot it reads through the callable it is given."""
     from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 
     blocked: list[str] = []
@@ -84,19 +102,21 @@ def read_state(graph: Any, config: dict[str, Any]) -> Any:
         if event.get("kind") in _BLOCKED and threading.get_ident() == reader:
             blocked.append(f"{event.get('module')}.{event.get('name')}")
 
+    def check(snapshot: Any) -> Any:
+        blocked.extend(_unrevived(snapshot.values))
+        return snapshot
+
     unregister = register_serde_event_listener(listen)
     try:
-        snapshot = graph.get_state(config)
+        yield check
     finally:
         unregister()
-    blocked += _unrevived(snapshot.values)
     if blocked:
         thread_id, types = config["configurable"]["thread_id"], ", ".join(sorted(set(blocked)))
         raise UnreadableThread(
             f"thread {thread_id} holds data of a type this program does not load ({types}); it was refused "
             "rather than read wrongly (LANGGRAPH_STRICT_MSGPACK=true)"
         )
-    return snapshot
 
 
 def _unrevived(value: Any) -> list[str]:
