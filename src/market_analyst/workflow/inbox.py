@@ -10,11 +10,12 @@ from typing import Any
 
 from market_analyst.deps import open_archive, open_profiles
 from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.ports import ThreadQuery
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.session import open_run
-from market_analyst.workflow.threads import list_threads
-from market_analyst.workflow.views import ThreadView, UnreadableThread, config_for, read_history, view_of
+from market_analyst.workflow.threads import checked_threads
+from market_analyst.workflow.views import ThreadView, config_for, read_history, view_of
 
 # How far back a thread's history is read for its earlier drafts (a revision adds a few checkpoints).
 HISTORY_LIMIT = 200
@@ -49,9 +50,9 @@ class ThreadDetails:
 def pending_drafts(settings: Settings, limit: int = INBOX_LIMIT) -> list[PendingDraft]:
     """The threads at the approval gate with no decision yet, newest first (from the thread index,
     each checked against its saved state), at most `limit`."""
-    page = list_threads(settings, statuses=("awaiting_approval",), limit=limit)
     with open_run(settings) as run:
-        views = [_readable(run.graph, row.thread_id) for row in page.rows]
+        shown, _ = checked_threads(run, ThreadQuery(statuses=("awaiting_approval",), limit=max(1, limit)))
+    views = [view for _, view in shown]  # None where the state cannot be read: left out
     return [
         PendingDraft(
             thread_id=view.thread_id,
@@ -66,14 +67,6 @@ def pending_drafts(settings: Settings, limit: int = INBOX_LIMIT) -> list[Pending
         for view in views
         if view is not None and view.status == "awaiting_approval" and view.draft
     ]
-
-
-def _readable(graph: Any, thread_id: str) -> ThreadView | None:
-    """The thread's view, or None when it is gone or its state cannot be read (it is left out)."""
-    try:
-        return view_of(graph, thread_id)
-    except UnreadableThread:
-        return None
 
 
 def find_thread(settings: Settings, thread_id: str) -> ThreadView | None:

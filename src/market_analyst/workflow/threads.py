@@ -19,6 +19,8 @@ from market_analyst.workflow.views import ThreadStatus, ThreadView, UnreadableTh
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10_000
+# A listed row and the thread's view (None where its state cannot be read).
+Checked = tuple[ThreadRow, ThreadView | None]
 
 
 def row_for(view: ThreadView, now: str) -> ThreadRow:
@@ -93,16 +95,17 @@ def draft_age_seconds(drafted_at: str | None, now: datetime) -> int | None:
     return max(0, int((now - datetime.fromisoformat(drafted_at)).total_seconds()))
 
 
-def _checked(run: Any, rows: list[ThreadRow], query: ThreadQuery) -> list[ThreadRow]:
-    """The rows, each checked against the saver: a stale row is corrected, and dropped when it no
-    longer matches the query (a command killed between its checkpoint and its row). A thread whose
-    state cannot be read keeps the row the index has for it."""
-    checked = []
+def _checked(run: Any, rows: list[ThreadRow], query: ThreadQuery) -> list[Checked]:
+    """The rows, each checked against the saver and paired with the thread's view: a stale row is
+    corrected, and dropped when it no longer matches the query (a command killed between its
+    checkpoint and its row). A thread whose state cannot be read keeps the row the index has for it,
+    with no view."""
+    checked: list[Checked] = []
     for row in rows:
         try:
             view = view_of(run.graph, row.thread_id)
         except UnreadableThread:
-            checked.append(row)
+            checked.append((row, None))
             continue
         if view is None:
             run.backend.index.remove(row.thread_id)
@@ -111,8 +114,15 @@ def _checked(run: Any, rows: list[ThreadRow], query: ThreadQuery) -> list[Thread
             row = row_for(view, _stamp_of(view.updated_at) or row.updated_at)
             run.backend.index.record(row)
         if not query.statuses or row.status in query.statuses:
-            checked.append(row)
+            checked.append((row, view))
     return checked
+
+
+def checked_threads(run: Any, query: ThreadQuery) -> tuple[list[Checked], int]:
+    """In an open run: the threads matching `query` as `_checked` pairs them, and how many more match."""
+    backfill(run)
+    rows, total = run.backend.index.query(query)
+    return _checked(run, rows, query), max(0, total - len(rows))
 
 
 def list_threads(
@@ -133,7 +143,5 @@ def list_threads(
         limit=max(1, min(limit, MAX_LIMIT)),
     )
     with open_run(settings) as run:
-        backfill(run)
-        rows, total = run.backend.index.query(query)
-        shown = _checked(run, rows, query)
-    return ThreadPage(shown, max(0, total - len(rows)))
+        shown, more = checked_threads(run, query)
+    return ThreadPage([row for row, _ in shown], more)
