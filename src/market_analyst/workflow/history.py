@@ -147,9 +147,8 @@ def fork_thread(
         # carries on from where the original stood then.
         run.graph.update_state(config_for(new_thread_id), values, as_node=_RUNS_AFTER[snapshot.next[0]])
         if snapshot.next[0] == "publish":  # forked at the gate: it waits there for its own decision
-            record(run, new_thread_id)
+            view = record(run, new_thread_id) or require_view(run.graph, new_thread_id)
         else:
-            advance(run, None, new_thread_id, progress, ticker=ticker or "TICKER")
-        view = require_view(run.graph, new_thread_id)
+            view = advance(run, None, new_thread_id, progress, ticker=ticker or "TICKER")
     view.extra = {"forked_from": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}
     return view

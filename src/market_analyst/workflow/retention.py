@@ -79,11 +79,10 @@ def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = F
     with open_run(settings) as run:
         backfill(run)
         rows = _all_rows(run, ThreadQuery(statuses=FINISHED, finished_before=cutoff, limit=_PAGE))
-        candidates = [r for r in rows if _finished(run, r)]
         if dry_run:
-            return PruneResult(candidates, dry_run=True)
+            return PruneResult([r for r in rows if _finished(run, r)], dry_run=True)
         result = PruneResult([])
-        for row in candidates:
+        for row in rows:  # each re-read under its lease, and kept unless it is still finished
             try:
                 if _erase(run, row, FINISHED)[0]:
                     result.threads.append(row)

@@ -23,12 +23,12 @@ from market_analyst.workflow.views import ThreadView, config_for, decidable_view
 
 def advance(
     run: Run, inputs: Any, thread_id: str, progress: Progress | None, *, ticker: str = "TICKER"
-) -> None:
-    """`run.advance`, but a failure once the thread may exist says where it stands and what continues it
-    (a store that went away is left to `open_run`, which says so)."""
+) -> ThreadView:
+    """`run.advance`, then the thread's view; a failure once the thread may exist says where it stands
+    and what continues it (a store that went away is left to `open_run`, which says so)."""
     try:
         run.advance(inputs, thread_id, progress)
-        record(run, thread_id)
+        view = record(run, thread_id)
     except run.backend.outage_errors:
         raise
     except Exception as exc:
@@ -53,6 +53,7 @@ def advance(
             exc,
             f"nothing that finished was lost{where}; continue with 'market-analyst resume {thread_id}'",
         ) from exc
+    return view if view is not None else require_view(run.graph, thread_id)
 
 
 def _user(settings: Settings, user: str | None) -> str:
@@ -95,8 +96,7 @@ def start_analysis(
         # Listed from the start: a run killed before its first checkpoint leaves a row the next
         # listing finds without a thread, and drops.
         run.backend.index.record(ThreadRow(thread_id, user_id, symbol, "in_progress", now, now))
-        advance(run, inputs, thread_id, progress, ticker=symbol)
-        return require_view(run.graph, thread_id)
+        return advance(run, inputs, thread_id, progress, ticker=symbol)
 
 
 def _decision(
@@ -138,8 +138,7 @@ def approve_thread(
             approval = _decision(settings, "approved", approver, note, view)
             run.graph.update_state(config_for(thread_id), {"approval": approval})
         # else: an approval was recorded before a crash; finish what it started, without asking again.
-        advance(run, None, thread_id, progress)
-        return require_view(run.graph, thread_id)
+        return advance(run, None, thread_id, progress)
 
 
 def _refuse_stale(settings: Settings, view: ThreadView) -> None:
@@ -163,8 +162,7 @@ def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str 
         view = decidable_view(run.graph, thread_id, "reject")
         rejection = _decision(settings, "rejected", rejecter, reason.strip(), view)
         run.graph.update_state(config_for(thread_id), {"approval": rejection})
-        advance(run, None, thread_id, None)
-        return require_view(run.graph, thread_id)
+        return advance(run, None, thread_id, None)
 
 
 def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | None = None) -> ThreadView:
@@ -173,8 +171,7 @@ def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | No
     with open_run(settings, thread_id, progress=progress) as run:
         view = require_view(run.graph, thread_id)
         if view.status in ("in_progress", "approved_pending_publish"):
-            advance(run, None, thread_id, progress)
-            view = require_view(run.graph, thread_id)
+            view = advance(run, None, thread_id, progress)
             view.message = "resumed"
         else:
             view.message = "nothing to resume"

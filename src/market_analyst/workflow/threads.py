@@ -39,13 +39,15 @@ def row_for(view: ThreadView, now: str) -> ThreadRow:
     )
 
 
-def record(run: Any, thread_id: str) -> None:
-    """Write the thread's row as its saved state stands now (drop it when the thread is gone)."""
+def record(run: Any, thread_id: str) -> ThreadView | None:
+    """Write the thread's row as its saved state stands now (drop it when the thread is gone); the
+    view it was written from."""
     view = view_of(run.graph, thread_id)
     if view is None:
         run.backend.index.remove(thread_id)
     else:
         run.backend.index.record(row_for(view, stamp(run.settings.now())))
+    return view
 
 
 def backfill(run: Any) -> None:
