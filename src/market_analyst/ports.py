@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from market_analyst.state import Profile
+from market_analyst.state import Profile, ProfileUsed
 
 if TYPE_CHECKING:
     from market_analyst.market_data.base import PriceHistory
@@ -39,6 +39,14 @@ class ProfileReader(Protocol):
     def get(self, user_id: str) -> Profile | None:
         """The profile stored for exactly `user_id`, or None."""
         ...
+
+
+def profile_in_use(profiles: ProfileReader, user_id: str) -> ProfileUsed:
+    """The profile a run for `user_id` uses: the stored one, or the stated defaults."""
+    stored = profiles.get(user_id)
+    if stored is not None:
+        return ProfileUsed(source="stored", profile=stored)
+    return ProfileUsed(source="default", profile=Profile(user_id=user_id))
 
 
 class Analyst(Protocol):

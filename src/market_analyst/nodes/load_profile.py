@@ -6,16 +6,8 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from market_analyst.ports import Deps, ProfileReader
-from market_analyst.state import DEFAULT_USER, AnalystState, Profile, ProfileUsed
-
-
-def profile_in_use(profiles: ProfileReader, user_id: str) -> ProfileUsed:
-    """The profile a run for `user_id` uses: the stored one, or the stated defaults."""
-    stored = profiles.get(user_id)
-    if stored is not None:
-        return ProfileUsed(source="stored", profile=stored)
-    return ProfileUsed(source="default", profile=Profile(user_id=user_id))
+from market_analyst.ports import Deps, profile_in_use
+from market_analyst.state import DEFAULT_USER, AnalystState
 
 
 def load_profile(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from market_analyst.deps import (
     stop_embedded_server,
 )
 from market_analyst.errors import UserError
-from market_analyst.nodes.load_profile import profile_in_use
+from market_analyst.ports import profile_in_use
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 from market_analyst.state import DEFAULT_USER, Horizon, ProfileUsed, RiskTolerance, parse_sectors
