@@ -61,3 +61,26 @@ def private_tree(root: Path) -> None:
             continue
         with contextlib.suppress(FileNotFoundError):
             os.chmod(path, DIR_MODE if path.is_dir() else FILE_MODE)
+
+
+def write_new_private(path: Path, data: bytes) -> None:
+    """Create `path` (it must not exist: `FileExistsError`) holding `data`, on disk (fsynced) and
+    owner-only (0600) whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        view = memoryview(data)
+        while view:  # a write may take less than it was given
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in directory `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

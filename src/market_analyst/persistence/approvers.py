@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from market_analyst.errors import UserError
-from market_analyst.files import private_dir
+from market_analyst.files import private_dir, write_new_private
 from market_analyst.state import validate_user_id
 
 if TYPE_CHECKING:
@@ -69,20 +69,10 @@ def _temp_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _write_private_new(path: Path, data: bytes) -> None:
-    """Create `path` (it must not exist) with `data` on disk, readable and writable by the owner only."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_private(path: Path, data: bytes) -> None:
     """Replace `path` atomically with `data`, readable and writable by the owner only."""
     tmp = _temp_beside(path)
-    _write_private_new(tmp, data)
+    write_new_private(tmp, data)
     os.replace(tmp, path)
 
 
@@ -216,7 +206,7 @@ class ApproverStore:
             return path.read_text().strip()
         self._ensure_root()
         tmp = _temp_beside(path)
-        _write_private_new(tmp, (secrets.token_hex(32) + "\n").encode())
+        write_new_private(tmp, (secrets.token_hex(32) + "\n").encode())
         try:
             os.link(tmp, path)  # fails if another process made it first: then theirs is the secret
         except FileExistsError:

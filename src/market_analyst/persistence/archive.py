@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.files import FILE_MODE, private_dir
+from market_analyst.files import fsync_dir, private_dir, write_new_private
 from market_analyst.persistence.archive_document import build_document, parse_document, render_document
 from market_analyst.persistence.archive_index import ArchiveIndex, Listing
 from market_analyst.ports import PublishRequest, PublishResult
@@ -93,7 +93,7 @@ class ReportArchive:
         self._ensure_root()
         payload = render_document(document)
         created = self._write_once(path, payload)
-        self._fsync_root()
+        fsync_dir(self.root)
         self._remove_stale_temporaries()
         if created:
             self.index.add(key, document, path)
@@ -112,13 +112,7 @@ class ReportArchive:
         """Write `payload` to `path` unless it exists; True if this call created it."""
         tmp = self.root / f".{path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            try:
-                os.fchmod(fd, FILE_MODE)
-                os.write(fd, payload)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_new_private(tmp, payload)
             try:
                 os.link(tmp, path)
                 return True
@@ -129,13 +123,6 @@ class ReportArchive:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-
-    def _fsync_root(self) -> None:
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _remove_stale_temporaries(self) -> None:
         """Remove temporary files a killed writer left between its link and its unlink."""
@@ -161,7 +148,7 @@ class ReportArchive:
             raise ArchiveError(f"cannot remove {path}: {exc.strerror}") from None
         else:
             removed = True
-            self._fsync_root()
+            fsync_dir(self.root)
         self.index.remove(key)
         return removed
 

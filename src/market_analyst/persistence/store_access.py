@@ -37,15 +37,6 @@ class StoreBusy(Exception):
     """Another process holds the store right now; trying again later may succeed."""
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new entry in directory `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def lock_file(path: Path, *, shared: bool = False) -> Iterator[None]:
     """Hold an advisory lock on `path` (created owner-only) for the block; `StoreBusy` at once when
