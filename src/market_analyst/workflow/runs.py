@@ -15,8 +15,9 @@ from market_analyst.errors import RunStopped, StaleDraft, UserError
 from market_analyst.formatting import describe_age
 from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
-from market_analyst.state import DEFAULT_USER, Approval, validate_thread_id, validate_user_id
+from market_analyst.state import Approval, validate_thread_id
 from market_analyst.workflow.session import Progress, Run, open_run
+from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
 from market_analyst.workflow.views import ThreadView, config_for, decidable_view, require_view, view_of
 
@@ -56,11 +57,6 @@ def advance(
     return view if view is not None else require_view(run.graph, thread_id)
 
 
-def _user(settings: Settings, user: str | None) -> str:
-    # An explicit --user "" is refused, not replaced by the default.
-    return validate_user_id(user if user is not None else settings.user or DEFAULT_USER)
-
-
 def start_analysis(
     settings: Settings,
     ticker: str,
@@ -74,7 +70,7 @@ def start_analysis(
     from market_analyst.market_data import normalize_ticker
 
     symbol = normalize_ticker(ticker)
-    user_id = _user(settings, user)
+    user_id = chosen_user(settings, user)
     thread_id = validate_thread_id(thread_id) if thread_id else str(uuid.uuid4())
     check_analyst(settings)
     deps = build_deps(settings, progress)
@@ -125,7 +121,7 @@ def approve_thread(
     """Record an approval of the current draft and resume into `publish`. A draft older than
     `MA_MAX_DRAFT_AGE` is refused unless `allow_stale`: its data may no longer hold."""
     validate_thread_id(thread_id)
-    approver = _user(settings, user)
+    approver = chosen_user(settings, user)
     if settings.approvers and approver not in settings.approvers:
         raise UserError(
             f"user {approver!r} may not approve: MA_APPROVERS allows {', '.join(sorted(settings.approvers))}"
@@ -157,7 +153,7 @@ def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str 
     validate_thread_id(thread_id)
     if not reason.strip():
         raise UserError("reject needs a reason: --reason 'why this draft should not be published'")
-    rejecter = _user(settings, user)
+    rejecter = chosen_user(settings, user)
     with open_run(settings, thread_id) as run:
         view = decidable_view(run.graph, thread_id, "reject")
         rejection = _decision(settings, "rejected", rejecter, reason.strip(), view)

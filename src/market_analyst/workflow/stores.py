@@ -18,7 +18,14 @@ from market_analyst.errors import UserError
 from market_analyst.ports import profile_in_use
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
-from market_analyst.state import DEFAULT_USER, Horizon, ProfileUsed, RiskTolerance, parse_sectors
+from market_analyst.state import (
+    DEFAULT_USER,
+    Horizon,
+    ProfileUsed,
+    RiskTolerance,
+    parse_sectors,
+    validate_user_id,
+)
 
 # -- the archive -----------------------------------------------------------------------------------
 
@@ -63,9 +70,10 @@ def read_report(settings: Settings, key: str) -> dict[str, Any]:
 # -- profiles --------------------------------------------------------------------------------------
 
 
-def _profile_user(settings: Settings, user: str | None) -> str:
-    # `--user ""` must be refused as empty, not replaced by the default: only an absent option defaults.
-    return user if user is not None else settings.user or DEFAULT_USER
+def chosen_user(settings: Settings, user: str | None) -> str:
+    """The user a command acts for: `--user`, else `MA_USER`, else the default; checked. An explicit
+    `--user ""` is refused as empty, not replaced by the default: only an absent option defaults."""
+    return validate_user_id(user if user is not None else settings.user or DEFAULT_USER)
 
 
 def set_profile(
@@ -79,7 +87,7 @@ def set_profile(
 ) -> ProfileUsed:
     """Create the user's profile or change only the fields given; returns what is stored now."""
     profile = open_profiles(settings).update(
-        _profile_user(settings, user),
+        chosen_user(settings, user),
         risk_tolerance=risk_tolerance,
         horizon=horizon,
         preferred_sectors=None if sectors is None else parse_sectors(sectors),
@@ -90,12 +98,12 @@ def set_profile(
 
 def show_profile(settings: Settings, user: str | None) -> ProfileUsed:
     """The profile a run for the user would use: the stored one, or the defaults."""
-    return profile_in_use(open_profiles(settings), _profile_user(settings, user))
+    return profile_in_use(open_profiles(settings), chosen_user(settings, user))
 
 
 def delete_profile(settings: Settings, user: str | None) -> tuple[str, bool]:
     """Delete the user's profile; returns the user ID and whether there was one."""
-    user_id = _profile_user(settings, user)
+    user_id = chosen_user(settings, user)
     return user_id, open_profiles(settings).delete(user_id)
 
 
