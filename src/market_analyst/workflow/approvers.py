@@ -6,12 +6,26 @@ from market_analyst.deps import Approver, ApproverStore, open_approvers
 from market_analyst.errors import UserError
 from market_analyst.settings import Settings
 
-__all__ = ["Approver", "ApproverStore", "add_approver", "approver_store", "list_approvers", "remove_approver"]
+__all__ = [
+    "Approver",
+    "ApproverStore",
+    "add_approver",
+    "approver_store",
+    "list_approvers",
+    "remove_approver",
+    "set_role",
+]
 
 
-def add_approver(settings: Settings, name: str) -> str:
-    """Make approver `name` and return its token (shown once; only its hash is kept)."""
-    return open_approvers(settings).add(name, settings.now().isoformat(timespec="seconds"))
+def add_approver(settings: Settings, name: str, role: str = "approver") -> str:
+    """Make approver `name` with `role` and return its token (shown once; only its hash is kept)."""
+    return open_approvers(settings).add(name, settings.now().isoformat(timespec="seconds"), role)
+
+
+def set_role(settings: Settings, name: str, role: str) -> None:
+    """Give approver `name` another role (approver or reviewer)."""
+    if not open_approvers(settings).set_role(name, role):
+        raise UserError(f"no approver named {name!r} (list them with: market-analyst approvers list)")
 
 
 def list_approvers(settings: Settings) -> list[Approver]:
