@@ -242,10 +242,11 @@ class AuditLog:
                 return Verification(index, 0, f"entry {expected_seq} is not valid JSON", expected_seq)
             seq = entry.get("seq")
             if seq != expected_seq:
+                later = (f'"seq":{expected_seq},'.encode() in rest for rest in lines[index + 1 :])
                 what = (
-                    f"entry {expected_seq} is missing (found entry {seq} in its place)"
-                    if isinstance(seq, int) and seq > expected_seq
-                    else f"entry {seq} is out of order (expected entry {expected_seq})"
+                    f"entry {expected_seq} is out of order (found entry {seq} in its place)"
+                    if any(later)
+                    else f"entry {expected_seq} is missing (found entry {seq} in its place)"
                 )
                 return Verification(index, 0, what, expected_seq)
             if entry.get("prev") != previous:
@@ -264,12 +265,6 @@ class AuditLog:
             if entry.get("action") == "erased":
                 erased_claimed.update(int(s) for s in entry.get("erased_seqs") or [])
             previous = str(entry["hash"])
-        unaccounted = sorted(erased_markers - erased_claimed)
-        if unaccounted:
-            first = unaccounted[0]
-            return Verification(
-                len(lines), 0, f"entry {first} was erased without an erasure entry recording it", first
-            )
         head = self._head()
         if head is not None and (head.get("seq") != len(lines) or head.get("hash") != previous):
             return Verification(
@@ -282,6 +277,12 @@ class AuditLog:
         if head is None and lines:
             return Verification(
                 len(lines), len(erased_markers), "the log's head record (audit.head) is missing"
+            )
+        unaccounted = sorted(erased_markers - erased_claimed)
+        if unaccounted:
+            first = unaccounted[0]
+            return Verification(
+                len(lines), 0, f"entry {first} was erased without an erasure entry recording it", first
             )
         return Verification(len(lines), len(erased_markers))
 
