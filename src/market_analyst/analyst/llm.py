@@ -35,7 +35,7 @@ ANALYST_VERSION = "3"
 MAX_SUMMARY_CHARS = 2000
 MAX_RISK_FACTOR_CHARS = 300
 MAX_CHANGE_CHARS = 500
-MAX_ANSWER_CHARS = 5000
+MAX_ANSWER_CHARS = 4000
 # The longest wait a server's Retry-After header can ask for between two attempts.
 MAX_RETRY_AFTER = 30.0
 
@@ -112,8 +112,10 @@ def retry_after(exc: BaseException | None) -> float | None:
         try:
             seconds = float(value)
         except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if value.strip() else None
-            seconds = when.timestamp() - time.time() if when is not None else None
+            try:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+            except (TypeError, ValueError, IndexError):
+                seconds = None
     if seconds is None or seconds != seconds:  # absent, or NaN
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)

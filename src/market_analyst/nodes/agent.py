@@ -44,7 +44,9 @@ from market_analyst.state import AnalystState, Profile
 MAX_PROMPT_CHARS = 100_000
 MAX_CALLS_PER_TURN = 4
 MAX_ARGUMENT_CHARS = 6_000
+MAX_ANSWER_ARGUMENT_CHARS = 60_000  # an answer is read up to here, so its refusal can say what is too long
 MAX_CONTENT_CHARS = 2_000
+MAX_KEPT_CALLS = 16  # calls past these in one message are dropped: never kept, never run, never answered
 _CALL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the function names chat-completions accepts
 
 SYSTEM = (
@@ -163,13 +165,14 @@ def tidy_reply(reply: Any, history: list[Any], step: int) -> tuple[AIMessage, di
         text = (bad.get("args") or "").rstrip()
         what = "not a JSON object" if text.endswith("}") else "cut off before the JSON ended"
         raw.append(({"name": bad.get("name") or "", "args": {}, "id": bad.get("id")}, what))
-    for index, (call, problem) in enumerate(raw):
+    for index, (call, problem) in enumerate(raw[:MAX_KEPT_CALLS]):
         call_id = _fresh_id(call.get("id"), used, step, index)
         used.add(call_id)
         name = str(call.get("name") or "")
         args = call.get("args") if isinstance(call.get("args"), dict) else {}
-        if problem is None and len(json.dumps(args)) > MAX_ARGUMENT_CHARS:
-            problem = f"over {MAX_ARGUMENT_CHARS} characters"
+        limit = MAX_ANSWER_ARGUMENT_CHARS if name == ANSWER_TOOL else MAX_ARGUMENT_CHARS
+        if problem is None and len(json.dumps(args)) > limit:
+            problem = f"over {limit} characters"
         if problem is not None:
             problems[call_id] = (
                 f"Not run: its arguments are {problem}, so none were read. "
@@ -274,6 +277,7 @@ def agent_turn(state: AnalystState, deps: Deps, profile: Profile) -> dict[str, A
         deps.model.respond(history + new, TOOLS, answer_now=answer_now), history, steps
     )
     new.append(reply)
+    reply_at = len(new) - 1
     update: dict[str, Any] = {"messages": new, "agent_steps": steps}
     why_not_now = (
         f"the conversation is over {MAX_PROMPT_CHARS} characters"
@@ -296,6 +300,10 @@ def agent_turn(state: AnalystState, deps: Deps, profile: Profile) -> dict[str, A
     if runs and submitted:
         # Tools first: an answer sent alongside is set aside until the model has read their results.
         problems[str(submitted[0]["id"])] = "Not taken: read the tool results, then submit."
+    # A call that does not run keeps no arguments: the conversation stays small, and valid.
+    new[reply_at] = reply = reply.model_copy(
+        update={"tool_calls": [{**c, "args": {}} if c["id"] in problems else c for c in reply.tool_calls]}
+    )
     new += [ToolMessage(text, tool_call_id=call_id, status="error") for call_id, text in problems.items()]
     if runs:
         return update
@@ -307,6 +315,15 @@ def agent_turn(state: AnalystState, deps: Deps, profile: Profile) -> dict[str, A
             new.append(ToolMessage("accepted", tool_call_id=submitted[0]["id"]))
             update["analysis"] = _analysis(answer, baseline, deps, all_facts, state)
             return update
+        if len(json.dumps(submitted[0]["args"])) > MAX_ARGUMENT_CHARS:
+            # A refused answer that long is not kept: the refusal says what to shorten.
+            new[reply_at] = reply = reply.model_copy(
+                update={
+                    "tool_calls": [
+                        {**c, "args": {}} if c["id"] == submitted[0]["id"] else c for c in reply.tool_calls
+                    ]
+                }
+            )
         new.append(
             ToolMessage(f"Refused: {problem}. Answer again.", tool_call_id=submitted[0]["id"], status="error")
         )
