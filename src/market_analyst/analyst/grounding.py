@@ -263,7 +263,7 @@ def _result_facts(data: Any, key: str | None = None) -> tuple[list[Fact], set[st
 
 
 def _line_facts(line: str) -> tuple[list[Fact], set[str]]:
-    head, separator, result = line.rpartition(TOOL_RESULT)
+    _, separator, result = line.rpartition(TOOL_RESULT)
     if separator:
         try:
             return _result_facts(json.loads(result))

@@ -259,6 +259,13 @@ def _judge(arguments: dict[str, Any], facts: Facts) -> tuple[LLMAnalysis | None,
     return answer, ""
 
 
+def _without_arguments(reply: AIMessage, call_ids: set[str]) -> AIMessage:
+    """`reply` with the arguments of these calls emptied (still a JSON object, as a strict endpoint
+    requires)."""
+    calls = [{**c, "args": {}} if c["id"] in call_ids else c for c in reply.tool_calls]
+    return reply.model_copy(update={"tool_calls": calls})
+
+
 def agent_turn(state: AnalystState, deps: Deps, profile: Profile) -> dict[str, Any]:
     """One model turn: the model's message with a reply to every call that will not run, and the
     analysis once an answer is accepted."""
@@ -301,13 +308,10 @@ def agent_turn(state: AnalystState, deps: Deps, profile: Profile) -> dict[str, A
         # Tools first: an answer sent alongside is set aside until the model has read their results.
         problems[str(submitted[0]["id"])] = "Not taken: read the tool results, then submit."
     # A call that does not run keeps no arguments: the conversation stays small, and valid.
-    new[reply_at] = reply = reply.model_copy(
-        update={"tool_calls": [{**c, "args": {}} if c["id"] in problems else c for c in reply.tool_calls]}
-    )
+    new[reply_at] = reply = _without_arguments(reply, set(problems))
     new += [ToolMessage(text, tool_call_id=call_id, status="error") for call_id, text in problems.items()]
     if runs:
         return update
-    answer: LLMAnalysis | None = None
     if submitted:
         all_facts = facts + tool_facts(history + new)
         answer, problem = _judge(submitted[0]["args"], Facts.of(all_facts, market["as_of"]))
@@ -317,13 +321,7 @@ def agent_turn(state: AnalystState, deps: Deps, profile: Profile) -> dict[str, A
             return update
         if len(json.dumps(submitted[0]["args"])) > MAX_ARGUMENT_CHARS:
             # A refused answer that long is not kept: the refusal says what to shorten.
-            new[reply_at] = reply = reply.model_copy(
-                update={
-                    "tool_calls": [
-                        {**c, "args": {}} if c["id"] == submitted[0]["id"] else c for c in reply.tool_calls
-                    ]
-                }
-            )
+            new[reply_at] = reply = _without_arguments(reply, {str(submitted[0]["id"])})
         new.append(
             ToolMessage(f"Refused: {problem}. Answer again.", tool_call_id=submitted[0]["id"], status="error")
         )
