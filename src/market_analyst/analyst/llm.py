@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, SecretStr, StringConstraints, model_valid
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception,
+    retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
@@ -202,7 +202,7 @@ class LLMAnalyst:
             stop=stop_after_attempt(self.attempts)
             | stop_after_delay(self.attempts * (self.timeout + MAX_RETRY_AFTER)),
             wait=_pause,
-            retry=retry_if_exception(lambda exc: isinstance(exc, Exception)),
+            retry=retry_if_exception_type(Exception),
             before_sleep=self._before_retry,
             sleep=self.sleep,
             reraise=True,
