@@ -65,6 +65,9 @@ CORPUS: list[tuple[str, list[str]]] = [
     ("The stock fell 6.36% over three months.", []),
     ("Over three months the shares lost 6.4%, but over six months they rose 17.6%.", []),
     ("A drawdown of roughly 27% is deeper than a conservative investor accepts.", []),
+    ("NVDA beat the S&P 500 by 68.7 percentage points over the year.", []),
+    ("The stock is down 6.4 percent over three months.", []),
+    ("The price is 7.08% under the 52-week high of roughly 149.", ["149"]),
     # Phrasings refused before although grounded: dates in their usual forms, moving averages and
     # index names with digits, a year a fact falls in.
     ("Shares closed at 138.85 on Feb 14, 2025.", []),

@@ -78,7 +78,8 @@ _DATES = [
 _NUMBER = re.compile(
     r"(?<![\w.$])(?P<sign>[-+\u2212](?=\$?\d))?(?P<dollar>\$)?(?P<digits>\d{1,3}(?:,\d{3})+|\d+)"
     r"(?P<fraction>\.\d+)?(?![\d])"
-    r"(?P<unit>\s?(?:%|percent\b|per cent\b|pct\b|bps\b|bp\b|basis points\b|x\b|\u00d7))?",
+    r"(?P<unit>\s?(?:%|percentage points?\b|percent\b|per cent\b|pct\b|pp\b|bps\b|bp\b|basis points\b"
+    r"|x\b|\u00d7))?",
     re.IGNORECASE,
 )
 _WORD = re.compile(r"[a-z]+(?:-[a-z]+)*", re.IGNORECASE)
@@ -229,7 +230,7 @@ def cited_numbers(text: str) -> list[Cited]:
         unit_word = (match["unit"] or "").strip().lower()
         if unit_word in ("bps", "bp", "basis points"):
             value, places, unit = value / 100, places + 2, "%"
-        elif unit_word in ("%", "percent", "per cent", "pct"):
+        elif unit_word in ("%", "percent", "per cent", "pct", "pp") or unit_word.startswith("percentage"):
             unit = "%"
         else:
             unit = "$" if match["dollar"] else ""
