@@ -47,7 +47,7 @@ def test_two_tool_calls_then_the_answer_and_the_tool_results_become_facts(cli: C
     ]
     with ChatServer(script) as server:
         draft = cli.ok("analyze", "NVDA", "--json", extra_env=server.env()).json()["draft"]
-        assert len(server.requests) == 3
+        assert len(server.requests) == 3 and server.violations == []
         results = [
             json.loads(m["content"]) for m in server.requests[2]["body"]["messages"] if m["role"] == "tool"
         ]
@@ -62,7 +62,7 @@ def test_an_answer_citing_numbers_not_in_the_facts_is_asked_for_again(cli: Cli):
     invented = dict(GOOD, summary="NVDA will reach 250 by 2026.")
     with ChatServer([{"answer": invented}, {"answer": GOOD}]) as server:
         draft = cli.ok("analyze", "NVDA", "--json", extra_env=server.env()).json()["draft"]
-        assert len(server.requests) == 2
+        assert len(server.requests) == 2 and server.violations == []
         assert "Refused: the answer cited 250, 2026" in server.messages(1)
     assert draft["summary"] == GOOD["summary"]
 
@@ -114,7 +114,7 @@ def test_revise_asks_the_model_again_with_every_feedback_item(cli: Cli):
         out = cli.ok(
             "revise", thread, "--feedback", "mention the 52-week high", "--json", extra_env=server.env()
         )
-        assert len(server.requests) == 2
+        assert len(server.requests) == 2 and server.violations == []
         assert "mention the 52-week high" in server.messages(1)  # the model was asked again, with it
     data = out.json()
     assert data["revision"] == 2 and data["feedback"] == "mention the 52-week high"
