@@ -368,3 +368,41 @@ def test_retry_after_is_honoured_up_to_its_stated_maximum(headers: dict[str, str
     error = openai.RateLimitError("slow down", response=response, body=None)
     assert retry_after(error) == wait
     assert MAX_RETRY_AFTER == 30.0
+
+
+def test_a_conversation_saved_in_a_state_a_strict_endpoint_refuses_is_mended_as_it_is_sent():
+    # What an earlier version could save: a call whose arguments were not JSON and got no reply,
+    # IDs repeated across turns and within one, an empty ID, and a reply that answers nothing.
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_openai.chat_models.base import _convert_message_to_dict
+
+    from market_analyst.nodes.agent import sendable
+    from tests.support.chat_server import protocol_errors
+
+    broken = [
+        SystemMessage("rules"),
+        HumanMessage("facts"),
+        AIMessage("", tool_calls=[{"name": "figures_over_window", "args": {"window": "3M"}, "id": "call_0"}]),
+        ToolMessage('{"return_pct": -6.36}', tool_call_id="call_0"),
+        AIMessage(
+            "",
+            tool_calls=[
+                {"name": "figures_over_window", "args": {"window": "1M"}, "id": "call_0"},
+                {"name": "price_on", "args": {"date": "2025-01-31"}, "id": ""},
+            ],
+            invalid_tool_calls=[{"name": "Publish", "args": "{approve: yes", "id": "call_0", "error": "bad"}],
+        ),
+        ToolMessage('{"return_pct": 1.9}', tool_call_id="call_0"),
+        ToolMessage("an orphan", tool_call_id="call_9"),
+    ]
+    body = {"model": "m", "messages": [_convert_message_to_dict(m) for m in broken]}
+    assert protocol_errors(body)  # as saved, a strict endpoint refuses it
+    sent = sendable(broken)
+    body = {"model": "m", "messages": [_convert_message_to_dict(m) for m in sent]}
+    assert protocol_errors(body) == []
+    # The reply that was recorded stays with its call; the calls without one are said to have none.
+    replies = [m for m in sent if isinstance(m, ToolMessage)]
+    assert [r.content for r in replies[:2]] == ['{"return_pct": -6.36}', '{"return_pct": 1.9}']
+    assert all("no reply was recorded" in r.content for r in replies[2:]) and len(replies) == 4
+    # A conversation that was valid is sent as it was saved.
+    assert sendable(broken[:4]) == broken[:4]

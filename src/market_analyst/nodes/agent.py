@@ -133,6 +133,57 @@ def tool_facts(messages: list[Any]) -> list[str]:
     return facts
 
 
+def sendable(messages: list[Any]) -> list[Any]:
+    """The conversation as it is sent: the same messages, with whatever a strict endpoint would refuse
+    mended in the copy (a thread saved by an earlier version may hold such a state): every call has a
+    unique ID, a valid name and JSON-object arguments, every call is followed by a reply (a missing one
+    says so), and no reply answers nothing. The state is left as it was."""
+    sent: list[Any] = []
+    used: set[str] = set()
+    waiting: dict[str, list[str]] = {}  # the last assistant message's calls without a reply yet
+
+    def close_calls() -> None:
+        for new_ids in waiting.values():
+            sent.extend(
+                ToolMessage("Not run: no reply was recorded for this call.", tool_call_id=i, status="error")
+                for i in new_ids
+            )
+        waiting.clear()
+
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            queue = waiting.get(message.tool_call_id or "")
+            if queue:
+                sent.append(message.model_copy(update={"tool_call_id": queue.pop(0)}))
+                if not queue:
+                    del waiting[message.tool_call_id]
+            continue  # a reply to no call of the message before it: not sent
+        close_calls()
+        if not isinstance(message, AIMessage) or not (message.tool_calls or message.invalid_tool_calls):
+            sent.append(message)
+            continue
+        calls = []
+        everything = [*message.tool_calls, *({**bad, "args": {}} for bad in message.invalid_tool_calls)]
+        for index, call in enumerate(everything):
+            stored_id = str(call.get("id") or "")
+            new_id = _fresh_id(stored_id, used, 0, index)
+            used.add(new_id)
+            waiting.setdefault(stored_id, []).append(new_id)
+            name = str(call.get("name") or "")
+            args = call.get("args") if isinstance(call.get("args"), dict) else {}
+            calls.append(
+                {
+                    "name": name if _CALL_NAME.match(name) else "not_a_tool",
+                    "args": args,
+                    "id": new_id,
+                    "type": "tool_call",
+                }
+            )
+        sent.append(message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": []}))
+    close_calls()
+    return sent
+
+
 def _fresh_id(wanted: str | None, used: set[str], step: int, index: int) -> str:
     """The server's tool-call ID when it is usable and unused, else one of the application's own."""
     if wanted and len(wanted) <= 64 and wanted.isascii() and wanted.isprintable() and wanted not in used:
@@ -281,7 +332,7 @@ def agent_turn(state: AnalystState, deps: Deps, profile: Profile) -> dict[str, A
     over_cap = prompt_chars(history + new) > MAX_PROMPT_CHARS
     answer_now = steps >= deps.max_steps or over_cap
     reply, problems = tidy_reply(
-        deps.model.respond(history + new, TOOLS, answer_now=answer_now), history, steps
+        deps.model.respond(sendable(history + new), TOOLS, answer_now=answer_now), history, steps
     )
     new.append(reply)
     reply_at = len(new) - 1
