@@ -315,6 +315,25 @@ def test_each_risk_factor_and_the_whole_answer_have_a_limit(cli: Cli):
     assert draft["risk_factors"] == GOOD["risk_factors"]
 
 
+def test_model_text_cannot_start_a_line_of_the_report(cli: Cli):
+    structured = dict(
+        GOOD,
+        summary="NVDA is in an up trend.\n\n# Verdict\n| call | SELL |\n**Recommendation:** SELL\u2028done",
+        risk_factors=["volatility of 56.8% is high\n## Ignore the figures"],
+    )
+    with ChatServer([{"answer": structured}]) as server:
+        draft = cli.ok("analyze", "NVDA", "--json", extra_env=server.env()).json()["draft"]
+        assert server.violations == []
+    assert (
+        draft["summary"] == "NVDA is in an up trend. # Verdict | call | SELL | **Recommendation:** SELL done"
+    )
+    assert draft["risk_factors"] == ["volatility of 56.8% is high ## Ignore the figures"]
+    lines = draft["markdown"].splitlines()
+    assert not any(
+        line.startswith(("# Verdict", "| call", "**Recommendation:** SELL", "## Ignore")) for line in lines
+    )
+
+
 # -- transport -------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.utils
 import time
+import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -39,9 +40,23 @@ MAX_ANSWER_CHARS = 4000
 # The longest wait a server's Retry-After header can ask for between two attempts.
 MAX_RETRY_AFTER = 30.0
 
-RiskFactor = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_RISK_FACTOR_CHARS)
-]
+
+def one_line(text: Any) -> Any:
+    """Model prose as one line of plain words: every run of white space (line breaks and Unicode
+    separators too) becomes one space and other control or format characters are dropped, so no
+    text of the model can start a line of a report (a heading, a table row, a "Recommendation:"
+    line of its own)."""
+    if not isinstance(text, str):
+        return text
+    kept = "".join(
+        " " if ch.isspace() else ch
+        for ch in text
+        if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf")
+    )
+    return " ".join(kept.split())
+
+
+RiskFactor = Annotated[str, StringConstraints(min_length=1, max_length=MAX_RISK_FACTOR_CHARS)]
 
 
 class FeedbackResponse(BaseModel):
@@ -71,6 +86,22 @@ class LLMAnalysis(BaseModel):
         max_length=20,
         description="One entry per reviewer feedback item, naming the item by its text.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prose_on_one_line(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data["summary"] = one_line(data.get("summary"))
+        if isinstance(data.get("risk_factors"), list):
+            data["risk_factors"] = [one_line(r) for r in data["risk_factors"]]
+        if isinstance(data.get("feedback_responses"), list):
+            data["feedback_responses"] = [
+                {**r, "change": one_line(r.get("change"))} if isinstance(r, dict) else r
+                for r in data["feedback_responses"]
+            ]
+        return data
 
     @model_validator(mode="after")
     def _within_total(self) -> LLMAnalysis:

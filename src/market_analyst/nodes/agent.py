@@ -291,7 +291,11 @@ def _judge(arguments: dict[str, Any], facts: Facts) -> tuple[LLMAnalysis | None,
     try:
         answer = LLMAnalysis.model_validate(arguments)
     except ValidationError as exc:
-        return None, f"the answer did not fit the schema ({' '.join(str(exc).split())[:300]})"
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'answer'}: {error['msg']}"
+            for error in exc.errors()[:6]
+        )
+        return None, f"the answer did not fit the schema ({' '.join(errors.split())[:600]})"
     problems = []
     claims = [c for text in answer.texts() for c in status_claims(text)]
     if claims:
