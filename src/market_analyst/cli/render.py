@@ -46,7 +46,8 @@ def _beta(benchmark: Any) -> str:
         return ""
     return (
         f"; beta {two_decimals(benchmark.get('beta'))} against the S&P 500, "
-        f"relative return {signed_pct(benchmark.get('relative_return'))}"
+        f"relative return {signed_pct(benchmark.get('relative_return'))} "
+        f"({benchmark.get('window_start')} to {benchmark.get('window_end')})"
     )
 
 

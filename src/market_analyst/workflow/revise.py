@@ -11,6 +11,7 @@ from market_analyst.choices import Horizon, RiskTolerance
 from market_analyst.decisions import Identity
 from market_analyst.deps import check_analyst
 from market_analyst.errors import UserError
+from market_analyst.rendering import render_markdown
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.runs import Announce, Progress, decide
@@ -20,9 +21,18 @@ from market_analyst.workflow.views import ThreadView
 MAX_FEEDBACK_CHARS = 2000
 
 
+def _analysis_lines(draft: dict[str, Any]) -> list[str]:
+    """The draft's text without what changes on every revision whatever the analyst did: the
+    reviewer feedback section, and the line naming the draft and its revision."""
+    return render_markdown(
+        {**draft, "feedback": [], "feedback_notes": [], "draft_id": "", "revision": 0}
+    ).splitlines()
+
+
 def draft_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """What changed from one draft to the next: the judgement, the risks, and the text line by line."""
-    old_lines, new_lines = before["markdown"].splitlines(), after["markdown"].splitlines()
+    """What changed in the analysis from one draft to the next: the judgement, the risks, and the text
+    line by line (not the feedback section, which a revise always changes)."""
+    old_lines, new_lines = _analysis_lines(before), _analysis_lines(after)
     diff = list(difflib.ndiff(old_lines, new_lines))
     old_risks, new_risks = before["risk_factors"], after["risk_factors"]
     return {
