@@ -87,7 +87,8 @@ def test_the_log_survives_prune_and_forget_and_names_the_first_entry_that_was_ta
     _verify_fails(cli, tampered("t1", one_byte), "entry 3 was changed (its personal content does not match)")
     _verify_fails(cli, tampered("t2", another_byte), "entry 5 was changed (its hash does not match)")
     _verify_fails(cli, tampered("t3", lambda ls: ls[:3] + ls[4:]), "entry 4 is missing")
-    _verify_fails(cli, tampered("t4", lambda ls: [*ls[:3], ls[4], ls[3], *ls[5:]]), "entry 4 is out of order (found entry 5")
+    swapped = tampered("t4", lambda ls: [*ls[:3], ls[4], ls[3], *ls[5:]])
+    _verify_fails(cli, swapped, "entry 4 is out of order (found entry 5")
     _verify_fails(cli, tampered("t5", lambda ls: ls[:-2]), "entries were removed from its end")
 
     def unrecorded_erasure(lines: list[bytes]) -> list[bytes]:
