@@ -30,6 +30,7 @@ from typing import Any
 
 from itsdangerous import URLSafeTimedSerializer
 from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -67,8 +68,12 @@ def refused_because(request: Request, why: str) -> None:
 # -- the outermost layer ------------------------------------------------------------------------------
 
 
-class BodyTooLarge(Exception):
-    """The request's body grew past the limit while it was being read."""
+class BodyTooLarge(HTTPException):
+    """The request's body grew past the limit while it was being read (an HTTPException, so the
+    framework's body parsing passes it on as a 413 instead of calling it a malformed body)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body is over the limit of {limit} bytes")
 
 
 def _networks(addresses: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -172,7 +177,8 @@ class Guard:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body:
-                    raise BodyTooLarge
+                    state["refused"] = f"body over the limit of {self.max_body} bytes"
+                    raise BodyTooLarge(self.max_body)
             return message
 
         try:
@@ -220,6 +226,8 @@ async def _plain(send: Send, scope: Scope, status: int, message: str) -> None:
 def _access_line(scope: Scope, status: int | None, why: str | None) -> None:
     client = scope.get("client")
     path = bytes(scope.get("raw_path") or scope.get("path", "").encode()).decode("latin-1")
+    if scope.get("query_string"):
+        path += "?" + bytes(scope["query_string"]).decode("latin-1")
     line = f'{client[0] if client else "-"} "{scope.get("method")} {printable(path)[:200]}" {status or "-"}'
     log.info("%s", line + (f" refused: {why}" if why else ""))
 
