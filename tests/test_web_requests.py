@@ -233,3 +233,27 @@ def test_a_trusted_proxy_names_the_client_the_limit_counts(cli: Cli, serve):
     assert guess("127.0.0.2", "198.51.100.1") == 401  # another client behind the same proxy
     # From an untrusted peer the header is ignored: the peer's own address is counted.
     assert guess("127.0.0.1", "198.51.100.99") == 401
+
+
+def test_every_text_field_has_a_limit(cli: Cli, serve):
+    token = cli.ok("approvers", "add", "rhea").stdout.strip()
+    long = "x" * 2001
+    assert (
+        "--question is 2001 characters; at most 2000"
+        in cli.fails("analyze", "NVDA", "--question", long).stderr
+    )
+    thread = "limits-" + token[:8]
+    cli.ok("analyze", "NVDA", "--thread-id", thread, "--question", "x" * 2000)
+    assert "at most 2000" in cli.fails("revise", thread, "--question", long).stderr
+    server = serve(cli)
+    api = server.client(token)
+    for action, field in (("approve", "note"), ("reject", "reason"), ("revise", "feedback")):
+        refused = api.post(f"/api/threads/{thread}/{action}", json={field: long})
+        assert refused.status_code == 422 and field in refused.json()["detail"], refused.text
+    browser = FormClient(server)
+    browser.sign_in(token)
+    form = browser.submit(f"/threads/{thread}", f"/threads/{thread}/revise", feedback=long)
+    assert form.status_code == 422 and "at most 2000" in form.text
+    huge = browser.submit(f"/threads/{thread}", f"/threads/{thread}/revise", feedback="y" * 70_000)
+    assert huge.status_code == 413
+    assert cli.ok("status", thread, "--json").json()["draft"]["revision"] == 1

@@ -14,7 +14,7 @@ from market_analyst.choices import Horizon, RiskTolerance
 from market_analyst.deps import build_deps, check_analyst
 from market_analyst.errors import UserError
 from market_analyst.settings import Settings
-from market_analyst.state import validate_thread_id
+from market_analyst.state import MAX_QUESTION_CHARS, validate_thread_id
 from market_analyst.workflow.runs import Progress, advance, open_run
 from market_analyst.workflow.views import ThreadView, config_for, decidable_view, read_state
 
@@ -76,6 +76,8 @@ def revise_thread(
         )
     if feedback and len(feedback) > MAX_FEEDBACK_CHARS:
         raise UserError(f"--feedback is {len(feedback)} characters; at most {MAX_FEEDBACK_CHARS}")
+    if question and len(question) > MAX_QUESTION_CHARS:
+        raise UserError(f"--question is {len(question)} characters; at most {MAX_QUESTION_CHARS}")
     check_analyst(settings)
     with open_run(settings, thread_id, build_deps(settings, progress)) as run:
         before = decidable_view(run.graph, thread_id, "revise")
