@@ -143,6 +143,15 @@ def test_credentials_that_are_not_ascii_get_401_with_headers_and_one_log_line(cl
     stranger = thief.get("/inbox?odd=cookie")
     assert stranger.status_code == 303 and all(h in stranger.headers for h in SECURITY_HEADERS)
 
+    # Each of them counted as a failure of this address: four so far, one left, then 429.
+    assert (
+        httpx.get(server.url + "/api/threads", headers={"Authorization": b"Bearer \xe9"}).status_code == 401
+    )
+    assert (
+        httpx.get(server.url + "/api/threads", headers={"Authorization": b"Bearer \xe9"}).status_code == 429
+    )
+    assert server.client(token).get("/api/threads").status_code == 200  # the valid token is not held up
+
     time.sleep(0.5)
     log = server.log.read_text()
     assert "Traceback" not in log and " 500" not in log
@@ -257,3 +266,25 @@ def test_every_text_field_has_a_limit(cli: Cli, serve):
     huge = browser.submit(f"/threads/{thread}", f"/threads/{thread}/revise", feedback="y" * 70_000)
     assert huge.status_code == 413
     assert cli.ok("status", thread, "--json").json()["draft"]["revision"] == 1
+
+
+def test_an_unexpected_error_is_a_500_with_the_headers_one_log_line_and_no_traceback(cli: Cli, serve):
+    token = cli.ok("approvers", "add", "sara").stdout.strip()
+    server = serve(cli)
+    browser = FormClient(server)
+    browser.sign_in(token)
+    (cli.data_dir / "approvers.json").write_text("{not json")  # damaged while the server runs
+    for client, path in (
+        (server.client(token), "/api/threads?broken=api"),
+        (browser.http, "/inbox?broken=page"),
+    ):
+        response = client.get(path)
+        assert response.status_code == 500, response.text
+        assert all(h in response.headers for h in SECURITY_HEADERS)
+        assert "Traceback" not in response.text and "approvers.json" not in response.text
+    time.sleep(0.5)
+    log = server.log.read_text()
+    assert "Traceback" not in log
+    for marker in ("broken=api", "broken=page"):
+        [line] = [line for line in log.splitlines() if marker in line]
+        assert " 500 refused: internal error UserError: cannot read the approvers file" in line, line

@@ -4,6 +4,8 @@ afterwards by pages, forms and the API, and `approvers sessions` sees and ends t
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import time
 
 import httpx
@@ -26,6 +28,15 @@ def _copy(server: WebServer, cookie: str) -> httpx.Client:
     return thief
 
 
+def _decoded(cookie: str) -> str:
+    """Everything a signed cookie's parts say, base64 or not."""
+    parts = [cookie]
+    for part in cookie.split("."):
+        with contextlib.suppress(ValueError):
+            parts.append(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)).decode("latin-1"))
+    return " ".join(parts)
+
+
 def _works(client: httpx.Client) -> bool:
     response = client.get("/inbox")
     assert response.status_code in (200, 303), response.text
@@ -44,6 +55,10 @@ def test_a_cookie_copied_before_sign_out_is_refused_after_it_by_pages_forms_and_
     form = thief.get(f"/threads/{thread}")
     csrf = CSRF_FIELD.search(form.text)
     assert form.status_code == 200 and csrf
+    assert csrf.group(1) not in cookie  # the cookie is an opaque ID: no CSRF token to decode
+    anonymous = server.client().get("/login")
+    nonce_cookie, login_csrf = anonymous.cookies["ma_session"], CSRF_FIELD.search(anonymous.text)
+    assert login_csrf and login_csrf.group(1) not in _decoded(nonce_cookie)
 
     assert browser.submit("/inbox", "/logout").status_code == 303
     assert not _works(thief) and thief.get("/inbox").headers["location"] == "/login"
