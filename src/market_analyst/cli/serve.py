@@ -54,6 +54,12 @@ def serve(
     )
     if proxies:
         print(f"Believing X-Forwarded-Proto/-For from: {', '.join(sorted(proxies))}.", file=sys.stderr)
+    if host in ("0.0.0.0", "::") and not settings.allowed_hosts:
+        print(
+            f"warning: --host {host} answers only to loopback names; add --allowed-host NAME for the "
+            "name clients use (other Host headers get 400)",
+            file=sys.stderr,
+        )
     if count == 0:
         print("No approvers yet: add one with 'market-analyst approvers add NAME'.", file=sys.stderr)
     for store, problem in warm_up(settings).items():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import json
 import logging
 import secrets
 import traceback
@@ -207,8 +208,6 @@ class Guard:
 
 async def _plain(send: Send, scope: Scope, status: int, message: str) -> None:
     """A refusal from the outermost layer: JSON for the API, a line of text otherwise."""
-    import json
-
     if scope.get("path", "").startswith("/api/") or scope.get("path") == "/healthz":
         body, kind = json.dumps({"detail": message}).encode(), b"application/json"
     else:
@@ -247,6 +246,7 @@ class Session:
 
 
 def cookie_name(request: Request) -> str:
+    """The session cookie's name: `__Host-` over HTTPS, where browsers enforce what it promises."""
     return SECURE_COOKIE if request.url.scheme == "https" else COOKIE
 
 
@@ -294,6 +294,7 @@ class Sessions:
             self.gate.end_session(session.record)
 
     def write(self, response: Any, request: Request, session: Session) -> None:
+        """Set the session's cookie (Secure over HTTPS; it lives no longer than a session may)."""
         response.set_cookie(
             cookie_name(request),
             session.cookie,
@@ -305,6 +306,7 @@ class Sessions:
         )
 
     def clear(self, response: Any, request: Request) -> None:
+        """Tell the browser to forget the cookie (the record is what ends the session)."""
         response.delete_cookie(
             cookie_name(request),
             path="/",
@@ -342,7 +344,7 @@ def bearer_token(request: Request) -> str | None:
 def allowed_hosts(bind: str, configured: Iterable[str]) -> frozenset[str]:
     """The Host names served: loopback's, the address listened on (unless it is every address),
     and the configured ones."""
-    names = set(LOOPBACK_NAMES) | {name.lower() for name in configured}
+    names = set(LOOPBACK_NAMES) | {name.lower().strip("[]") for name in configured}
     if bind not in ("0.0.0.0", "::", ""):
         names.add(bind.strip("[]").lower())
     return frozenset(names)

@@ -85,6 +85,7 @@ class Gate:
 
     @classmethod
     def open(cls, settings: Settings) -> Gate:
+        """The gate over the stores `settings` name (opening none of them yet)."""
         return cls(
             approvers=open_approvers(settings),
             limits=open_sign_in_limits(settings, limit=MAX_FAILURES, window=WINDOW_SECONDS),
