@@ -89,3 +89,20 @@ def test_the_limit_is_shared_by_every_server_process(cli: Cli, serve):
     first, second = serve(cli), serve(cli)
     codes = Counter(_guess(first if n % 2 else second, _random_token()) for n in range(20))
     assert codes == {401: LIMIT, 429: 20 - LIMIT}
+
+
+def test_guesses_spread_over_many_addresses_stay_within_the_host_wide_cap(cli: Cli, serve):
+    token = cli.ok("approvers", "add", "lars").stdout.strip()
+    # A trusted proxy on 127.0.0.2 names the client: twelve address groups, six guesses each.
+    server = serve(cli, "--trusted-proxy", "127.0.0.2")
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    with httpx.Client(base_url=server.url, transport=transport, timeout=120) as proxy:
+
+        def guess(n: int) -> int:
+            headers = {"Authorization": f"Bearer {_random_token()}", "X-Forwarded-For": f"198.51.{n % 12}.9"}
+            return proxy.get("/api/threads", headers=headers).status_code
+
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            codes = Counter(pool.map(guess, range(72)))
+        assert codes == {401: 50, 429: 22}, codes  # five per group would be sixty
+        assert proxy.get("/api/threads", headers={"Authorization": f"Bearer {token}"}).status_code == 200

@@ -7,7 +7,9 @@ bucket take turns, so concurrent guesses cannot overshoot it):
 - by **token ID** (the part before the dot), for a token whose ID is an approver's: at most
   `MAX_FAILURES` wrong secrets per ID in `WINDOW_SECONDS`;
 - by **address group** (an IPv4 /24, an IPv6 /64: loopback aliases or the addresses of one host
-  count together), for a token whose ID is no approver's, or one that is not a token at all.
+  count together), for a token whose ID is no approver's, or one that is not a token at all; and
+  all of those together, from every address, at most `MAX_UNKNOWN_FAILURES` in the window (such a
+  token can never be valid, so this cap refuses no approver).
 
 A valid token never falls into an address bucket, so failures from its address never hold it up;
 a token this server verified before is recognised without argon2 and skips the limit entirely.
@@ -34,9 +36,13 @@ from market_analyst.settings import Settings
 
 MAX_FAILURES = 5
 WINDOW_SECONDS = 60.0
+# Tokens whose ID is no approver's, from every address together (each still within its own five).
+MAX_UNKNOWN_FAILURES = 50
+UNKNOWN = "unknown-token-ids"
 
 __all__ = [
     "MAX_FAILURES",
+    "MAX_UNKNOWN_FAILURES",
     "WINDOW_SECONDS",
     "Gate",
     "SessionRecord",
@@ -81,6 +87,7 @@ class Gate:
 
     approvers: ApproverStore
     limits: SignInLimits
+    everyone: SignInLimits
     sessions: SessionStore
 
     @classmethod
@@ -89,6 +96,7 @@ class Gate:
         return cls(
             approvers=open_approvers(settings),
             limits=open_sign_in_limits(settings, limit=MAX_FAILURES, window=WINDOW_SECONDS),
+            everyone=open_sign_in_limits(settings, limit=MAX_UNKNOWN_FAILURES, window=WINDOW_SECONDS),
             sessions=open_sessions(settings),
         )
 
@@ -101,16 +109,22 @@ class Gate:
         token_id, dot, _ = token.partition(".")
         known_id = bool(dot) and self.approvers.knows_token_id(token_id)
         key = f"token:{token_id}" if known_id else address_group(client)
-        with self.limits.turn(key):
+        # Tokens of no approver all take one turn, so the host-wide cap on them is exact too.
+        with self.limits.turn(key if known_id else UNKNOWN):
             known = self.approvers.recognised(token)  # verified while this one waited its turn
             if known is not None:
                 return known
-            wait = self.limits.retry_after(key, time.time())
+            now = time.time()
+            wait = self.limits.retry_after(key, now)
+            if wait is None and not known_id:
+                wait = self.everyone.retry_after(UNKNOWN, now)
             if wait is not None:
                 raise TooManyFailures(int(wait) + 1)
             approver = self.approvers.authenticate(token)
             if approver is None:
                 self.limits.failed(key, time.time())
+                if not known_id:
+                    self.everyone.failed(UNKNOWN, time.time())
                 raise WrongToken("wrong token" if known_id else "not an approver's token")
             return approver
 
