@@ -223,6 +223,13 @@ class Settings(BaseSettings):
                 raise ValueError(str(exc).removeprefix("age ")) from None
         return value
 
+    @field_validator("session_idle", "session_max", mode="after")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value.total_seconds() < 1:
+            raise ValueError("must be at least one second (a session that ends at once signs no one in)")
+        return value
+
     @field_validator("qdrant_url", mode="after")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
