@@ -256,8 +256,9 @@ def test_every_text_field_has_a_limit(cli: Cli, serve):
     assert "at most 2000" in cli.fails("revise", thread, "--question", long).stderr
     server = serve(cli)
     api = server.client(token)
+    draft_id = api.get(f"/api/threads/{thread}").json()["request"]["draft_id"]
     for action, field in (("approve", "note"), ("reject", "reason"), ("revise", "feedback")):
-        refused = api.post(f"/api/threads/{thread}/{action}", json={field: long})
+        refused = api.post(f"/api/threads/{thread}/{action}", json={field: long, "draft_id": draft_id})
         assert refused.status_code == 422 and field in refused.json()["detail"], refused.text
     browser = FormClient(server)
     browser.sign_in(token)

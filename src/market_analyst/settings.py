@@ -46,6 +46,8 @@ VARIABLES: dict[str, str] = {
     "MA_PROFILE_STORE": "edge",
     "MA_USER": "",
     "MA_APPROVERS": "",
+    "MA_REQUIRED_APPROVALS": "1",
+    "MA_ALLOW_SELF_APPROVAL": "false",
     "MA_LEASE_TTL_SECONDS": "30",
     "SOURCE_DATE_EPOCH": "",
     "MA_ANALYST": "auto",
@@ -134,6 +136,8 @@ class Settings(BaseSettings):
     approvers: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(), validation_alias="MA_APPROVERS"
     )
+    required_approvals: int = Field(default=1, ge=1, le=20, validation_alias="MA_REQUIRED_APPROVALS")
+    allow_self_approval: bool = _var("MA_ALLOW_SELF_APPROVAL")
     lease_ttl_seconds: float = Field(
         default=30.0,
         ge=LEASE_TTL_BOUNDS[0],

@@ -122,13 +122,21 @@ class ProfileUsed(BaseModel):
 
 
 class Approval(BaseModel):
-    """A recorded decision on one draft."""
+    """A recorded decision on one draft: an approval that completed the quorum, or a rejection.
+
+    `content_hash`, `verified`, `door` and `approvers` are absent from decisions recorded before the
+    gate was an `interrupt()`; their defaults describe such a decision as what it was (a name typed
+    at the command line, on a draft identified by its ID alone)."""
 
     decision: Literal["approved", "rejected"]
     by: str
     at: str
     note: str = ""
     draft_id: str
+    content_hash: str | None = None
+    verified: bool = False
+    door: str = "cli"
+    approvers: list[str] = Field(default_factory=list)  # everyone whose approval counted, in order
 
 
 class Draft(BaseModel):
@@ -186,4 +194,6 @@ class AnalystState(TypedDict, total=False):
     drafted_at: str  # when the draft was made (UTC); kept out of the draft, which has no time stamp
     started_at: str  # when the thread started (UTC)
     approval: dict[str, Any] | None  # Approval
+    approvals: list[dict[str, Any]]  # the current draft's approvals so far (by, at, verified, door, note)
+    decision: dict[str, Any] | None  # the decisions.Decision the gate accepted, until record_decision
     publication: dict[str, Any] | None  # Publication

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Literal
 
 import typer
 
@@ -11,14 +12,35 @@ from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
 app = typer.Typer(help="Manage who may sign in to the web inbox.", no_args_is_help=True)
 
 
+ROLE_HELP = "approver (may approve, reject and revise) or reviewer (may only revise)."
+
+
 @app.command("add")
-def add(name: str = typer.Argument(..., help="The approver's name, recorded with each decision.")) -> None:
+def add(
+    name: str = typer.Argument(..., help="The approver's name, recorded with each decision."),
+    role: Literal["approver", "reviewer"] = typer.Option("approver", "--role", help=ROLE_HELP),
+) -> None:
     """Make an approver and print their sign-in token (shown only this once)."""
     from market_analyst.workflow.approvers import add_approver
 
-    token = add_approver(load_settings(), name)
+    token = add_approver(load_settings(), name, role)
     print(token)
-    print(f"Approver {name!r} added. The token above is shown only now: give it to {name}.", file=sys.stderr)
+    print(
+        f"Approver {name!r} added as {role}. The token above is shown only now: give it to {name}.",
+        file=sys.stderr,
+    )
+
+
+@app.command("role")
+def role(
+    name: str = typer.Argument(..., help="The approver whose role changes."),
+    new_role: Literal["approver", "reviewer"] = typer.Argument(..., metavar="ROLE", help=ROLE_HELP),
+) -> None:
+    """Change an approver's role; it counts from their next decision, in every process."""
+    from market_analyst.workflow.approvers import set_role
+
+    set_role(load_settings(), name, new_role)
+    print(f"Approver {name!r} is now a {new_role}.")
 
 
 @app.command("list")
@@ -28,12 +50,12 @@ def list_(json_output: bool = JSON_OPTION) -> None:
 
     found = list_approvers(load_settings())
     if json_output:
-        emit_json([{"name": a.name, "created_at": a.created_at} for a in found])
+        emit_json([{"name": a.name, "role": a.role, "created_at": a.created_at} for a in found])
         return
     if not found:
         print("No approvers. Add one with: market-analyst approvers add NAME", file=sys.stderr)
     for approver in found:
-        print(f"{approver.name}  added {approver.created_at}")
+        print(f"{approver.name}  {approver.role}  added {approver.created_at}")
 
 
 @app.command("remove")

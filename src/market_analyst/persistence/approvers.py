@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from market_analyst.decisions import ROLES
 from market_analyst.errors import UserError
 from market_analyst.files import private_dir, write_new_private
 from market_analyst.state import validate_user_id
@@ -74,6 +75,12 @@ class Approver:
     name: str
     token_id: str
     created_at: str
+    role: str = "approver"
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise UserError(f"unknown role {role!r}: use {' or '.join(ROLES)}")
 
 
 def _temp_beside(path: Path) -> Path:
@@ -128,9 +135,11 @@ class ApproverStore:
 
     # -- managing approvers -----------------------------------------------------------------------
 
-    def add(self, name: str, created_at: str) -> str:
-        """Make an approver and return its token, the only time it is ever available."""
+    def add(self, name: str, created_at: str, role: str = "approver") -> str:
+        """Make an approver with `role` (approver or reviewer) and return its token, the only time it
+        is ever available."""
         validate_user_id(name)
+        _check_role(role)
         token_id = secrets.token_hex(6)
         token = f"{token_id}.{secrets.token_urlsafe(32)}"
         with self._locked():
@@ -145,6 +154,7 @@ class ApproverStore:
                 "token_id": token_id,
                 "token_hash": _hasher().hash(token),
                 "created_at": created_at,
+                "role": role,
             }
             self._save(entries)
         return token
@@ -158,12 +168,26 @@ class ApproverStore:
             self._save(entries)
         return True
 
+    def set_role(self, name: str, role: str) -> bool:
+        """Give approver `name` another role; False when there is no such approver."""
+        _check_role(role)
+        with self._locked():
+            entries = self._entries()
+            if name not in entries:
+                return False
+            entries[name]["role"] = role
+            self._save(entries)
+        return True
+
+    def role_of(self, name: str) -> str | None:
+        """The role of approver `name` (entries made before roles existed are approvers), or None
+        when no approver has that name."""
+        entry = self._entries().get(name)
+        return None if entry is None else str(entry.get("role", "approver"))
+
     def list(self) -> list[Approver]:
         """Every approver, by name."""
-        return [
-            Approver(e["name"], e["token_id"], e["created_at"])
-            for e in sorted(self._entries().values(), key=lambda e: e["name"])
-        ]
+        return [self._approver(e) for e in sorted(self._entries().values(), key=lambda e: e["name"])]
 
     # -- signing in -------------------------------------------------------------------------------
 
@@ -231,7 +255,7 @@ class ApproverStore:
 
     @staticmethod
     def _approver(entry: dict[str, Any]) -> Approver:
-        return Approver(entry["name"], entry["token_id"], entry["created_at"])
+        return Approver(entry["name"], entry["token_id"], entry["created_at"], entry.get("role", "approver"))
 
     # -- the session secret -----------------------------------------------------------------------
 

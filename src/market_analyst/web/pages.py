@@ -38,6 +38,7 @@ from market_analyst.web.security import (
 router = APIRouter(include_in_schema=False)
 
 NOTICES = {
+    "approved": "Your approval was recorded; the draft is published once enough approvers approve it.",
     "revised": "A new draft was made from your feedback; it waits for a decision again.",
     "rejected": "Rejected: nothing was published.",
 }
@@ -175,6 +176,9 @@ def thread_page(request: Request, thread_id: str, who: Signed, done: str = "") -
         diff=diff,
         diff_from=diff_from,
         notice=NOTICES.get(done),
+        decision_request=found.view.request,
+        may=actions.may_decide(settings, found.view, who.name),
+        audit=actions.audit_trail(settings, thread_id),
     )
 
 
@@ -190,22 +194,80 @@ def thread_chart(request: Request, thread_id: str, who: Signed) -> Response:
     return _svg(request, actions.thread(web(request).settings, thread_id).draft)
 
 
+# Every decision form carries the draft the approver read (its ID and content hash): a decision on a
+# page left open while the thread was revised is refused (409), never applied to the newer draft.
+DraftField = Annotated[str, Form()]
+
+
 @router.post("/threads/{thread_id}/approve")
-def approve(request: Request, thread_id: str, who: Posted, note: Annotated[str, Form()] = "") -> Response:
-    view = actions.approve(web(request).settings, thread_id, approver=who.name, note=note)
+def approve(
+    request: Request,
+    thread_id: str,
+    who: Posted,
+    draft_id: DraftField = "",
+    content_hash: DraftField = "",
+    note: Annotated[str, Form()] = "",
+) -> Response:
+    view = actions.approve(
+        web(request).settings,
+        thread_id,
+        approver=who.name,
+        note=note,
+        draft_id=_draft_field(draft_id),
+        content_hash=content_hash or None,
+        door="web",
+    )
+    if view.status != "published":  # counted; the quorum is not met yet
+        return RedirectResponse(f"/threads/{thread_id}?done=approved", status_code=303)
     return RedirectResponse(f"/reports/{(view.publication or {}).get('key')}", status_code=303)
 
 
 @router.post("/threads/{thread_id}/reject")
-def reject(request: Request, thread_id: str, who: Posted, reason: Annotated[str, Form()] = "") -> Response:
-    actions.reject(web(request).settings, thread_id, approver=who.name, reason=reason)
+def reject(
+    request: Request,
+    thread_id: str,
+    who: Posted,
+    draft_id: DraftField = "",
+    content_hash: DraftField = "",
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    actions.reject(
+        web(request).settings,
+        thread_id,
+        approver=who.name,
+        reason=reason,
+        draft_id=_draft_field(draft_id),
+        content_hash=content_hash or None,
+        door="web",
+    )
     return RedirectResponse(f"/threads/{thread_id}?done=rejected", status_code=303)
 
 
 @router.post("/threads/{thread_id}/revise")
-def revise(request: Request, thread_id: str, who: Posted, feedback: Annotated[str, Form()] = "") -> Response:
-    actions.revise(web(request).settings, thread_id, feedback=feedback)
+def revise(
+    request: Request,
+    thread_id: str,
+    who: Posted,
+    draft_id: DraftField = "",
+    content_hash: DraftField = "",
+    feedback: Annotated[str, Form()] = "",
+) -> Response:
+    actions.revise(
+        web(request).settings,
+        thread_id,
+        approver=who.name,
+        feedback=feedback,
+        draft_id=_draft_field(draft_id),
+        content_hash=content_hash or None,
+        door="web",
+    )
     return RedirectResponse(f"/threads/{thread_id}?done=revised", status_code=303)
+
+
+def _draft_field(draft_id: str) -> str:
+    # Empty: the decision names no draft, which `decide` refuses once it knows the thread still
+    # waits (a thread already decided says so first, with its archive key).
+    return draft_id
 
 
 # -- the archive ---------------------------------------------------------------------------------------

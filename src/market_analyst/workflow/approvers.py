@@ -18,12 +18,19 @@ __all__ = [
     "list_sessions",
     "remove_approver",
     "revoke_sessions",
+    "set_role",
 ]
 
 
-def add_approver(settings: Settings, name: str) -> str:
-    """Make approver `name` and return its token (shown once; only its hash is kept)."""
-    return open_approvers(settings).add(name, settings.now().isoformat(timespec="seconds"))
+def add_approver(settings: Settings, name: str, role: str = "approver") -> str:
+    """Make approver `name` with `role` and return its token (shown once; only its hash is kept)."""
+    return open_approvers(settings).add(name, settings.now().isoformat(timespec="seconds"), role)
+
+
+def set_role(settings: Settings, name: str, role: str) -> None:
+    """Give approver `name` another role (approver or reviewer)."""
+    if not open_approvers(settings).set_role(name, role):
+        raise UserError(f"no approver named {name!r} (list them with: market-analyst approvers list)")
 
 
 def list_approvers(settings: Settings) -> list[Approver]:
