@@ -22,6 +22,8 @@ from market_analyst.persistence.checkpointers import (
     stop_embedded_server,
 )
 from market_analyst.persistence.profiles import Migration, ProfileStore
+from market_analyst.persistence.sessions import SessionRecord, SessionStore
+from market_analyst.persistence.sign_in_limits import SignInLimits
 from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
@@ -31,6 +33,9 @@ __all__ = [
     "AuditLog",
     "Migration",
     "ReportSummary",
+    "SessionRecord",
+    "SessionStore",
+    "SignInLimits",
     "build_deps",
     "check_analyst",
     "decision_policy",
@@ -43,6 +48,8 @@ __all__ = [
     "open_market_data",
     "open_model",
     "open_profiles",
+    "open_sessions",
+    "open_sign_in_limits",
     "stop_embedded_server",
 ]
 
@@ -104,6 +111,20 @@ def open_archive(settings: Settings) -> ReportArchive:
 def open_approvers(settings: Settings) -> ApproverStore:
     """The web inbox's approvers and its session secret, in the data directory."""
     return ApproverStore(settings.data_dir)
+
+
+def open_sessions(settings: Settings) -> SessionStore:
+    """The web inbox's signed-in sessions, in the data directory (shared by every server process)."""
+    return SessionStore(
+        settings.data_dir,
+        idle=settings.session_idle.total_seconds(),
+        lifetime=settings.session_max.total_seconds(),
+    )
+
+
+def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> SignInLimits:
+    """The failed sign-ins every server process counts against, in the data directory."""
+    return SignInLimits(settings.data_dir, limit=limit, window=window)
 
 
 def open_audit(settings: Settings) -> AuditLog:

@@ -31,6 +31,8 @@ DEFAULT_USER = "local"
 SECTOR_PATTERN = re.compile(r"^[^\W_][\w &./+-]{0,39}$")
 MAX_SECTORS = 20
 MAX_NOTES_CHARS = 500
+# A question is a sentence or a paragraph: a longer one is refused before a run starts.
+MAX_QUESTION_CHARS = 2000
 
 
 def validate_user_id(raw: str) -> str:

@@ -1,4 +1,4 @@
-"""`approvers add|list|remove`: who may sign in to the web inbox (`market-analyst serve`)."""
+"""`approvers add|list|remove|sessions`: who may sign in to the web inbox (`market-analyst serve`)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,48 @@ def remove(name: str = typer.Argument(..., help="The approver to remove.")) -> N
 
     remove_approver(load_settings(), name)
     print(f"Removed approver {name!r}.")
+
+
+@app.command("sessions")
+def sessions(
+    name: str = typer.Argument(..., help="The approver whose sessions to list or end."),
+    revoke: bool = typer.Option(False, "--revoke", help="End them now, in every server process."),
+    session: str = typer.Option(None, "--session", help="Only this session (its label, from the list)."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """List an approver's signed-in web sessions, or end them (--revoke) at once."""
+    from datetime import UTC, datetime
+
+    from market_analyst.errors import UserError
+    from market_analyst.workflow.approvers import list_sessions, revoke_sessions
+
+    settings = load_settings()
+    if session is not None and not revoke:
+        raise UserError("--session names the session --revoke ends: add --revoke")
+    found = revoke_sessions(settings, name, session) if revoke else list_sessions(settings, name)
+
+    def when(seconds: float) -> str:
+        return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+    rows = [
+        {
+            "session": s.label,
+            "created_at": when(s.created_at),
+            "last_seen": when(s.last_seen),
+            "client": s.client,
+        }
+        for s in found
+    ]
+    if json_output:
+        emit_json({"approver": name, "revoked": revoke, "sessions": rows})
+        return
+    if revoke:
+        print(f"Ended {len(rows)} session{'s' if len(rows) != 1 else ''} of {name!r}.")
+        return
+    if not rows:
+        print(f"No signed-in sessions for {name!r}.", file=sys.stderr)
+    for row in rows:
+        print(
+            f"{row['session']}  signed in {row['created_at']}  last seen {row['last_seen']}"
+            f"  from {row['client']}"
+        )

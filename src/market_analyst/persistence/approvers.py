@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import secrets
 import threading
 from collections.abc import Iterator
@@ -55,6 +56,16 @@ def _verifies(token_hash: str, token: str) -> bool:
         return bool(_hasher().verify(token_hash, token))
     except (VerificationError, InvalidHashError):
         return False
+
+
+# What `add` makes: 12 hex digits, a dot, 43 URL-safe characters. Anything else is refused before
+# any comparison (a byte that is not ASCII would otherwise reach `compare_digest`, which refuses it).
+TOKEN_FORM = re.compile(r"[0-9a-f]{12}\.[A-Za-z0-9_-]{43}")
+
+
+def well_formed(token: str) -> bool:
+    """Whether `token` has the form of a token `add` makes (nothing about whether it is valid)."""
+    return TOKEN_FORM.fullmatch(token) is not None
 
 
 @dataclass(frozen=True)
@@ -187,9 +198,33 @@ class ApproverStore:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
+    def recognised(self, token: str) -> Approver | None:
+        """The approver of a token this process has verified before, while the file is unchanged;
+        None otherwise. Costs no argon2 verification, so a limit on failures never holds it up."""
+        if not well_formed(token):
+            return None
+        digest = hashlib.sha256(token.encode()).digest()
+        signature = self._signature()
+        with self._lock:
+            known = self._verified.get(digest) if signature == self._verified_for else None
+        if known is None:
+            return None
+        entry = self._entries().get(known[0])
+        return self._approver(entry) if entry and entry["token_id"] == known[1] else None
+
+    def knows_token_id(self, token_id: str) -> bool:
+        """Whether some approver's token has this ID (the ID is not the secret)."""
+        return any(
+            secrets.compare_digest(e["token_id"].encode(), token_id.encode("utf-8", "replace"))
+            for e in self._entries().values()
+        )
+
     def authenticate(self, token: str) -> Approver | None:
         """The approver whose token this is, or None. Secrets are compared only by argon2's
-        constant-time verification; a token seen before is found by its digest."""
+        constant-time verification; a token seen before is found by its digest. A token not of the
+        form `add` makes is refused without any verification."""
+        if not well_formed(token):
+            return None
         digest = hashlib.sha256(token.encode()).digest()
         signature = self._signature()
         with self._lock:
@@ -212,7 +247,9 @@ class ApproverStore:
     def current(self, name: str, token_id: str) -> Approver | None:
         """The approver `name` if its token is still the one `token_id` names (a session's check)."""
         entry = self._entries().get(name)
-        if entry is None or not secrets.compare_digest(entry["token_id"], token_id):
+        if entry is None or not secrets.compare_digest(
+            entry["token_id"].encode(), token_id.encode("utf-8", "replace")
+        ):
             return None
         return self._approver(entry)
 

@@ -15,7 +15,13 @@ from pydantic import BaseModel, Field
 
 from market_analyst.web import actions
 from market_analyst.web.context import web
-from market_analyst.web.security import TooManyFailures, bearer_token, client_address
+from market_analyst.web.security import (
+    TooManyFailures,
+    WrongToken,
+    bearer_token,
+    client_address,
+    refused_because,
+)
 
 
 class Problem(BaseModel):
@@ -80,30 +86,33 @@ class HealthOut(BaseModel):
 
 
 def approver(request: Request) -> str:
-    """The approver whose bearer token this is; 401 without a valid one, 429 after too many failures."""
+    """The approver whose bearer token this is; 401 without a valid one (the token was checked),
+    429 when this token, or this address's unknown tokens, failed too often (it was not)."""
     context = web(request)
     token = bearer_token(request)
     challenge = {"WWW-Authenticate": "Bearer"}
     if token is None:
+        refused_because(request, "no bearer token")
         detail = (
             "send 'Authorization: Bearer <token>' (a token comes from: market-analyst approvers add NAME)"
         )
         raise HTTPException(401, detail, headers=challenge)
-    client = client_address(request)
     try:
-        context.limiter.check(client)
+        found = context.gate.authenticate(token, client_address(request))
     except TooManyFailures as exc:
+        refused_because(request, "sign-in limit")
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
-    found = context.store.authenticate(token)
-    if found is None:
-        context.limiter.failed(client)
-        raise HTTPException(401, "the token is not valid", headers=challenge)
+    except WrongToken as exc:
+        refused_because(request, exc.why)
+        raise HTTPException(401, "the token is not valid", headers=challenge) from None
     return found.name
 
 
 Approver = Annotated[str, Depends(approver)]
 REFUSALS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "No token, or not a valid one"},
+    413: {"model": Problem, "description": "The body is over 64 KiB"},
+    429: {"model": Problem, "description": "Too many failed sign-ins; the token was not checked"},
     403: {"model": Problem, "description": "Not entitled: MA_APPROVERS, the role, or the requester's own"},
     404: {"model": Problem, "description": "No such thread or report"},
     409: {

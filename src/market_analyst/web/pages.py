@@ -28,8 +28,10 @@ from market_analyst.web.render import (
 from market_analyst.web.security import (
     Session,
     TooManyFailures,
+    WrongToken,
     client_address,
     csrf_matches,
+    refused_because,
     signed_in,
 )
 
@@ -58,7 +60,7 @@ def page(
     request: Request, template: str, session: Session | None, status: int = 200, **context: Any
 ) -> Response:
     """A rendered template; `session` supplies the CSRF token its forms carry."""
-    name = signed_in(web(request).store, session)
+    name = signed_in(session)
     html = render(
         template, approver=name, csrf=session.csrf if session else "", max_text=actions.MAX_TEXT, **context
     )
@@ -68,8 +70,9 @@ def page(
 def visitor(request: Request) -> Visitor:
     """The signed-in approver, or `SignInRequired`."""
     session = web(request).sessions.read(request)
-    name = signed_in(web(request).store, session)
+    name = signed_in(session)
     if session is None or name is None:
+        refused_because(request, "not signed in")
         raise SignInRequired
     return Visitor(session, name)
 
@@ -78,6 +81,7 @@ def poster(request: Request, csrf_token: Annotated[str, Form()] = "") -> Visitor
     """The signed-in approver of a POST form whose CSRF token is the session's; else 401 or 403."""
     who = visitor(request)
     if not csrf_matches(who.session, csrf_token):
+        refused_because(request, "CSRF token missing or wrong")
         raise Refusal(403, "the form's CSRF token is missing or wrong; reload the page and try again")
     return who
 
@@ -98,7 +102,7 @@ def home() -> Response:
 def login_form(request: Request) -> Response:
     context = web(request)
     session = context.sessions.read(request)
-    if signed_in(context.store, session):
+    if signed_in(session):
         return RedirectResponse("/inbox", status_code=303)
     session = session or context.sessions.fresh()
     response = page(request, "login.html", session)
@@ -113,27 +117,30 @@ def login(
     context = web(request)
     session = context.sessions.read(request)
     if not csrf_matches(session, csrf_token):
+        refused_because(request, "CSRF token missing or wrong")
         raise Refusal(403, "the sign-in form's CSRF token is missing or wrong; reload the page and try again")
-    client = client_address(request)
     try:
-        context.limiter.check(client)
+        approver = context.gate.authenticate(token.strip(), client_address(request))
     except TooManyFailures as exc:
+        refused_because(request, "sign-in limit")
         response = page(request, "login.html", session, status=429, error=str(exc))
         response.headers["Retry-After"] = str(exc.retry_after)
         return response
-    approver = context.store.authenticate(token.strip()) if token.strip() else None
-    if approver is None:
-        context.limiter.failed(client)
+    except WrongToken as exc:
+        refused_because(request, exc.why)
         return page(request, "login.html", session, status=401, error="That token is not valid.")
     response = RedirectResponse("/inbox", status_code=303)
-    context.sessions.write(response, request, context.sessions.fresh(approver.name, approver.token_id))
+    context.sessions.write(response, request, context.sessions.start(approver, client_address(request)))
     return response
 
 
 @router.post("/logout")
 def logout(request: Request, who: Posted) -> Response:
+    """Sign out: the session ends in the store, so a copy of its cookie no longer works anywhere."""
+    context = web(request)
+    context.sessions.end(who.session)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie("ma_session", path="/")
+    context.sessions.clear(response, request)
     return response
 
 

@@ -13,7 +13,7 @@ from market_analyst.deps import check_analyst
 from market_analyst.errors import UserError
 from market_analyst.rendering import render_markdown
 from market_analyst.settings import Settings
-from market_analyst.state import validate_thread_id
+from market_analyst.state import MAX_QUESTION_CHARS, validate_thread_id
 from market_analyst.workflow.runs import Announce, Progress, decide
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.views import ThreadView
@@ -73,6 +73,8 @@ def revise_thread(
         )
     if feedback and len(feedback) > MAX_FEEDBACK_CHARS:
         raise UserError(f"--feedback is {len(feedback)} characters; at most {MAX_FEEDBACK_CHARS}")
+    if question and len(question) > MAX_QUESTION_CHARS:
+        raise UserError(f"--question is {len(question)} characters; at most {MAX_QUESTION_CHARS}")
     check_analyst(settings)
     before, after = decide(
         settings,

@@ -22,7 +22,7 @@ from market_analyst.formatting import describe_age
 from market_analyst.graph import LEGACY_GATE
 from market_analyst.ports import Deps, ThreadRow
 from market_analyst.settings import Settings
-from market_analyst.state import validate_thread_id
+from market_analyst.state import MAX_QUESTION_CHARS, validate_thread_id
 from market_analyst.workflow.session import Progress, Run, open_run
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
@@ -85,6 +85,8 @@ def start_analysis(
     symbol = normalize_ticker(ticker)
     user_id = chosen_user(settings, user)
     thread_id = validate_thread_id(thread_id) if thread_id else str(uuid.uuid4())
+    if question and len(question) > MAX_QUESTION_CHARS:
+        raise UserError(f"--question is {len(question)} characters; at most {MAX_QUESTION_CHARS}")
     check_analyst(settings)
     deps = build_deps(settings, progress)
     deps.market_data.load(symbol)  # unknown ticker: refuse before a thread exists
