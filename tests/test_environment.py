@@ -116,7 +116,7 @@ def test_text_with_terminal_escapes_is_stored_but_never_printed_raw(cli: Cli):
     outputs.append(refused.stdout + refused.stderr)
     for output in outputs:
         assert "\x1b" not in output and "\x07" not in output
-    assert "\\x1b[2J" in outputs[2]  # shown, escaped, in the report
+    assert "\\x1b\\[2J" in outputs[2]  # shown, escaped, in the report (its "[" escaped as Markdown)
     document = json.loads((cli.data_dir / "reports" / f"{key}.json").read_text())
     assert document["report"]["question"] == question
 
