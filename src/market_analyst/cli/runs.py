@@ -67,6 +67,8 @@ def approve(
         print(f"Published thread {view.thread_id}: archive key {(view.publication or {}).get('key')}")
         if view.publication and not view.publication.get("created"):
             print("  (the archive already held this operation's report; nothing was written twice)")
+        if view.message:
+            print(f"  Note: {view.message}")
 
 
 def reject(

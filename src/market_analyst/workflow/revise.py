@@ -16,6 +16,7 @@ from market_analyst.errors import UserError
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.runs import Progress, advance, open_run
+from market_analyst.workflow.upgrade import upgrade_updates
 from market_analyst.workflow.views import ThreadView, config_for, decidable_view, read_state
 
 MAX_FEEDBACK_CHARS = 2000
@@ -81,7 +82,7 @@ def revise_thread(
         before = decidable_view(run.graph, thread_id, "revise")
         values = read_state(run.graph, config_for(thread_id)).values
         # Written as if fetch_market_data had just finished, so the analyst runs again, then the draft.
-        updates = _updates(values, feedback, question, options)
+        updates = {**upgrade_updates(run, thread_id), **_updates(values, feedback, question, options)}
         run.graph.update_state(config_for(thread_id), updates, as_node="fetch_market_data")
         after = advance(run, None, thread_id, progress)
     assert before.draft is not None and after.draft is not None

@@ -15,10 +15,11 @@ from market_analyst.errors import RunStopped, StaleDraft, UserError
 from market_analyst.formatting import describe_age
 from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
-from market_analyst.state import Approval, validate_thread_id
+from market_analyst.state import SCHEMA_VERSION, Approval, validate_thread_id
 from market_analyst.workflow.session import Progress, Run, open_run
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
+from market_analyst.workflow.upgrade import raw_values, refuse_newer, upgrade_updates
 from market_analyst.workflow.views import ThreadView, config_for, decidable_view, require_view, view_of
 
 
@@ -88,6 +89,7 @@ def start_analysis(
             "user_id": user_id,
             "feedback": [],
             "started_at": now,
+            "schema_version": SCHEMA_VERSION,
         }
         # Listed from the start: a run killed before its first checkpoint leaves a row the next
         # listing finds without a thread, and drops.
@@ -132,12 +134,42 @@ def approve_thread(
             if not allow_stale:
                 _refuse_stale(settings, view)
             approval = _decision(settings, "approved", approver, note, view)
-            run.graph.update_state(config_for(thread_id), {"approval": approval})
+            updates = {**upgrade_updates(run, thread_id), "approval": approval}
+            # Recorded as draft_report's, the node before the gate, named rather than inferred: in a
+            # thread forked at the gate (by this version or an earlier one) no node has run yet, and
+            # LangGraph would infer the input node and run the whole graph again instead of publishing.
+            run.graph.update_state(config_for(thread_id), updates, as_node="draft_report")
         # else: an approval was recorded before a crash; finish what it started, without asking again.
-        return advance(run, None, thread_id, progress)
+        view = advance(run, None, thread_id, progress)
+        return _published(view)
+
+
+def _published(view: ThreadView) -> ThreadView:
+    """The view of a thread an approval has just run, refused unless it really was published: a
+    command never reports a publication that did not happen."""
+    if view.status != "published" or not (view.publication or {}).get("key"):
+        where = f" (next: {', '.join(view.next)})" if view.next else ""
+        raise RunStopped(
+            view.thread_id,
+            view.status,
+            RuntimeError("the approval ran but no report was published"),
+            f"see 'market-analyst history {view.thread_id}'{where}",
+        )
+    if (view.draft or {}).get("chart") is None:
+        view.message = (
+            "this draft was made before drafts carried a price chart and the analyst's facts; it was "
+            "published without them ('market-analyst revise' drafts again with both)"
+        )
+    return view
 
 
 def _refuse_stale(settings: Settings, view: ThreadView) -> None:
+    if not view.drafted_at:  # made before drafts were dated: its age cannot be shown to be in bounds
+        raise StaleDraft(
+            f"the draft of thread {view.thread_id} was made by an earlier version that did not record when, "
+            f"so its age cannot be checked against MA_MAX_DRAFT_AGE: 'market-analyst revise {view.thread_id} "
+            "--feedback ...' analyses it again; or approve it as it is with --allow-stale"
+        )
     age = draft_age_seconds(view.drafted_at, settings.now())
     if age is not None and age > settings.max_draft_age.total_seconds():
         raise StaleDraft(
@@ -157,7 +189,9 @@ def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str 
     with open_run(settings, thread_id) as run:
         view = decidable_view(run.graph, thread_id, "reject")
         rejection = _decision(settings, "rejected", rejecter, reason.strip(), view)
-        run.graph.update_state(config_for(thread_id), {"approval": rejection})
+        updates = {**upgrade_updates(run, thread_id), "approval": rejection}
+        # Named as in approve_thread: in a thread forked at the gate, inference would pick the input node.
+        run.graph.update_state(config_for(thread_id), updates, as_node="draft_report")
         return advance(run, None, thread_id, None)
 
 
@@ -166,6 +200,7 @@ def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | No
     validate_thread_id(thread_id)
     with open_run(settings, thread_id, progress=progress) as run:
         view = require_view(run.graph, thread_id)
+        refuse_newer(thread_id, raw_values(run, thread_id))
         if view.status in ("in_progress", "approved_pending_publish"):
             view = advance(run, None, thread_id, progress)
             view.message = "resumed"
