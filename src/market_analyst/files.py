@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 from market_analyst.errors import UserError
@@ -55,12 +56,20 @@ def private_file(path: Path) -> None:
 
 
 def private_tree(root: Path) -> None:
-    """Make everything below `root` owner-only: what a library created with its own modes."""
-    for path in root.rglob("*"):
-        if path.is_symlink():
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(path, DIR_MODE if path.is_dir() else FILE_MODE)
+    """Make everything below `root` owner-only: what a library created with its own modes.
+
+    A file or folder removed while the walk passes (a library's temporary file, renamed into place)
+    is skipped rather than ending the command: `os.walk` ignores a folder it can no longer list."""
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            path = os.path.join(folder, name)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    continue
+                mode = DIR_MODE if stat.S_ISDIR(info.st_mode) else FILE_MODE
+                if stat.S_IMODE(info.st_mode) != mode:
+                    os.chmod(path, mode)
 
 
 def write_new_private(path: Path, data: bytes) -> None:
