@@ -22,6 +22,15 @@ def _blocking_file(path: Path) -> Path | None:
     return None
 
 
+def refuse_under_file(path: Path, what: str) -> None:
+    """`UserError` when `path` is, or lies under, something that is not a directory: a store there
+    cannot exist, which is an error to report, not an empty store to describe."""
+    blocker = _blocking_file(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"lies under a file ({blocker})"
+        raise UserError(f"{what} {path} {where}, not a directory: point it at a directory")
+
+
 def private_dir(path: Path, what: str) -> Path:
     """Make sure `path` is a directory, creating it and any missing parents owner-only (0700).
 
@@ -29,10 +38,7 @@ def private_dir(path: Path, what: str) -> Path:
     store in the error (e.g. "MA_DATA_DIR", "the archive")."""
     if path.is_dir():
         return path
-    blocker = _blocking_file(path)
-    if blocker is not None:
-        where = "is a file" if blocker == path else f"lies under a file ({blocker})"
-        raise UserError(f"{what} {path} {where}, not a directory: point it at a directory")
+    refuse_under_file(path, what)
     missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
     for directory in missing:
         try:

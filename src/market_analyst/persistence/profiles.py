@@ -26,7 +26,7 @@ from typing import Any
 
 from market_analyst.choices import ProfileStoreKind
 from market_analyst.errors import ServiceUnavailable, UserError
-from market_analyst.files import private_dir, private_tree
+from market_analyst.files import private_dir, private_tree, refuse_under_file
 from market_analyst.persistence.edge_setup import (
     Migration,
     ensure_edge_store,
@@ -172,8 +172,12 @@ class ProfileStore:
         return self._edge_session(self.path)
 
     def _absent(self) -> bool:
-        # Nothing was ever saved: no need to create the folder or import a client.
-        return self.path is not None and not has_store(self.path)
+        # Nothing was ever saved: no need to create the folder or import a client. A folder that
+        # could never be made (under a file) is not an empty store, though: say so.
+        if self.path is None or has_store(self.path):
+            return False
+        refuse_under_file(self.path, "the profile store")
+        return True
 
     def get(self, user_id: str) -> Profile | None:
         """The profile stored for exactly `user_id`, or None."""
