@@ -53,7 +53,10 @@ TRANSIENT_REDIS_PREFIXES = ("market-analyst:lease:",)
 SCHEMA_OF_OLD = """
 import json
 from langgraph.checkpoint.postgres import PostgresSaver
-from market_analyst.persistence.thread_index import POSTGRES_SCHEMA
+try:
+    from market_analyst.persistence.thread_index import POSTGRES_SCHEMA
+except ImportError:  # a version from before the thread index
+    POSTGRES_SCHEMA = ()
 print(json.dumps([*PostgresSaver.MIGRATIONS, *POSTGRES_SCHEMA]))
 """
 
@@ -90,6 +93,7 @@ class OldVersion:
         self.env = env | {"PYTHONPATH": str(src)}
         self.cwd = cwd
         self.src = src
+        self._commands: set[str] | None = None
 
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "market_analyst", *args]
@@ -105,9 +109,13 @@ class OldVersion:
         return proc
 
     def has(self, command: str) -> bool:
-        return (
-            (self.src / "market_analyst" / "workflow" / "history.py").exists() if command == "fork" else True
-        )
+        """Whether this version's CLI has `command` (fork came later than the rest)."""
+        if self._commands is None:
+            listing = self.run("--help").stdout
+            self._commands = {
+                line.split()[0] for line in listing.split("Commands:")[-1].splitlines() if line.strip()
+            }
+        return command in self._commands
 
     def status(self, thread_id: str) -> dict[str, Any]:
         return json.loads(self.run("status", thread_id, "--json").stdout)
@@ -234,7 +242,11 @@ def export_redis(url: str, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ref", help="the released commit or tag (default: the newest tag)")
-    parser.add_argument("--out", type=Path, default=OUT, help="where <version>/ goes")
+    parser.add_argument("--out", type=Path, default=OUT, help="where <name>/ goes")
+    parser.add_argument(
+        "--name",
+        help="the fixture's directory name (default: the package version; name a commit between releases)",
+    )
     args = parser.parse_args()
     ref = args.ref or default_ref()
     work = Path(tempfile.mkdtemp(prefix="ma-upgrade-fixtures-"))
@@ -242,11 +254,12 @@ def main() -> None:
     runtime.mkdir(mode=0o700)
     try:
         commit, version = checkout(ref, work)
-        target = args.out / version
+        target = args.out / (args.name or version)
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
         manifest: dict[str, Any] = {
+            "name": args.name or version,
             "version": version,
             "commit": commit,
             "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

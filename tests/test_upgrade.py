@@ -6,7 +6,9 @@ the gate, one revised once, one forked at the gate, and one killed with SIGKILL 
 test here runs once per fixture version and backend: it loads the fixture into a fresh database (or
 a fresh Redis server), then runs the current CLI on it.
 
-A new released version's fixtures are registered by making them (the directory is found by itself).
+`0.1.0` is the release; `early-ec1d6c9` a commit from before drafts were dated, carried a chart, or
+had a thread index or `fork`. A new released version's fixtures are registered by making them (the
+directory is found by itself).
 The clock is frozen an hour after the fixtures were made (`SOURCE_DATE_EPOCH`), so a draft's age does
 not depend on the day the suite runs.
 """
@@ -37,6 +39,14 @@ CASES = [
     for version in FIXTURE_VERSIONS
     for backend in BACKENDS
 ]
+
+
+def _made(version: str) -> set[str]:
+    """The kinds of thread a fixture holds (an early version had no fork)."""
+    return set(json.loads((FIXTURES / version / "fixture.json").read_text())["backends"]["postgres"])
+
+
+FORKED_CASES = [case for case in CASES if "forked" in _made(case.values[0][0])]
 
 
 @dataclass
@@ -154,9 +164,27 @@ def test_threads_stand_where_the_old_version_left_them(upgraded: Upgraded) -> No
     assert listed == {upgraded.thread(kind) for kind in upgraded.manifest["backends"][upgraded.backend]}
 
 
+def _approve(up: Upgraded, kind: str, *args: str) -> dict[str, Any]:
+    """Approve the thread as an operator would: a draft the old version did not date is refused
+    first, in one line that says why and what to do, and then approved with --allow-stale."""
+    thread, view = up.thread(kind), status(up, kind)
+    if view["drafted_at"] is None:
+        refused = up.cli.fails("approve", thread, *args)
+        assert refused.returncode == 2 and "did not record when" in refused.stderr, refused.stderr
+        assert "revise" in refused.stderr and "--allow-stale" in refused.stderr
+        assert up.cli.archive_files() == [] and status(up, kind)["status"] == "awaiting_approval"
+        args = (*args, "--allow-stale")
+    out = dict(up.cli.ok("approve", thread, *args, "--json").json())
+    if view["draft"].get("chart") is None:  # said at the decision, not published silently
+        assert "fetched before drafts carried a price chart" in out["message"], out["message"]
+    else:
+        assert out["message"] == ""
+    return out
+
+
 def test_approve_publishes_one_report(upgraded: Upgraded) -> None:
     thread = upgraded.thread("gate")
-    out = upgraded.cli.ok("approve", thread, "--user", "bob", "--json").json()
+    out = _approve(upgraded, "gate", "--user", "bob")
     assert out["status"] == "published" and out["publication"]["key"]
     [document] = upgraded.cli.archive_files()
     stored = json.loads(document.read_text())
@@ -195,8 +223,10 @@ def test_revise_drafts_again_and_waits(upgraded: Upgraded) -> None:
     assert out["draft"]["revision"] == before["revision"] + 1 == 3
     assert out["draft"]["feedback"] == [*before["feedback"], "and the volatility"]
     assert upgraded.cli.archive_files() == []
-    published = upgraded.cli.ok("approve", thread, "--json").json()
+    published = upgraded.cli.ok("approve", thread, "--json").json()  # a draft of today's code
     assert published["status"] == "published"
+    # Revise analyses again but does not fetch again: a thread whose data predates charts says so.
+    assert ("price chart" in published["message"]) == (before.get("chart") is None)
     assert len(upgraded.cli.archive_files()) == 1
 
 
@@ -209,14 +239,10 @@ def test_resume_takes_the_crashed_thread_to_the_gate(upgraded: Upgraded) -> None
     assert len(upgraded.cli.archive_files()) == 1
 
 
+@pytest.mark.parametrize("upgraded", FORKED_CASES, indirect=True)
 def test_a_fork_made_at_the_gate_by_the_old_version_publishes(upgraded: Upgraded) -> None:
-    if "forked" not in upgraded.manifest["backends"][upgraded.backend]:
-        pytest.fail(f"fixture {upgraded.manifest['version']} has no forked thread")  # every version has fork
-    thread = upgraded.thread("forked")
     draft = status(upgraded, "forked")["draft"]
-    out = upgraded.cli.run("approve", thread, "--json")
-    assert out.returncode == 0, out.stderr
-    view = out.json()
+    view = _approve(upgraded, "forked")
     assert view["status"] == "published" and view["publication"]["key"]
     assert view["draft"]["draft_id"] == draft["draft_id"] and view["draft"]["revision"] == draft["revision"]
     [document] = upgraded.cli.archive_files()
@@ -228,7 +254,8 @@ def test_a_fork_made_now_of_an_old_thread_publishes(upgraded: Upgraded) -> None:
     history = upgraded.cli.ok("history", source, "--json").json()
     fork = upgraded.cli.ok("fork", source, "--checkpoint", history[-1]["checkpoint_id"], "--json").json()
     assert fork["status"] == "awaiting_approval"
-    out = upgraded.cli.ok("approve", fork["thread_id"])
+    args = ("--allow-stale",) if fork["drafted_at"] is None else ()
+    out = upgraded.cli.ok("approve", fork["thread_id"], *args)
     assert "archive key None" not in out.stdout
     assert upgraded.cli.ok("status", fork["thread_id"], "--json").json()["status"] == "published"
     assert len(upgraded.cli.archive_files()) == 1
@@ -277,5 +304,5 @@ def test_every_fixture_names_its_version_and_commit() -> None:
     assert FIXTURE_VERSIONS, "no upgrade fixtures: make them with scripts/make-upgrade-fixtures.py"
     for version in FIXTURE_VERSIONS:
         manifest = json.loads((FIXTURES / version / "fixture.json").read_text())
-        assert manifest["version"] == version and len(manifest["commit"]) == 40
+        assert manifest.get("name", manifest["version"]) == version and len(manifest["commit"]) == 40
         assert set(manifest["backends"]) == set(BACKENDS)

@@ -155,10 +155,13 @@ def _published(view: ThreadView) -> ThreadView:
             RuntimeError("the approval ran but no report was published"),
             f"see 'market-analyst history {view.thread_id}'{where}",
         )
-    if (view.draft or {}).get("chart") is None:
+    draft = view.draft or {}
+    if draft.get("chart") is None:  # the thread's data was fetched by a version before charts
+        without = "a price chart" + ("" if draft.get("facts") else " and the analyst's facts")
         view.message = (
-            "this draft was made before drafts carried a price chart and the analyst's facts; it was "
-            "published without them ('market-analyst revise' drafts again with both)"
+            f"this draft was made from data fetched before drafts carried a price chart; it was published "
+            f"without {without} (a new run, 'market-analyst analyze {draft.get('ticker') or 'TICKER'}', "
+            "has them)"
         )
     return view
 
