@@ -69,13 +69,13 @@ def _summary(label: str, times: list[float]) -> tuple[float, float]:
     return p50, p99
 
 
-def _web_approvals(url: str, token: str, threads: list[str]) -> list[float]:
+def _web_approvals(url: str, token: str, threads: list[tuple[str, str]]) -> list[float]:
     times = []
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as api:
         api.get("/api/threads").raise_for_status()  # warm: the token verified once, the store opened once
-        for thread in threads:
+        for thread, draft_id in threads:
             started = time.perf_counter()
-            response = api.post(f"/api/threads/{thread}/approve", json={})
+            response = api.post(f"/api/threads/{thread}/approve", json={"draft_id": draft_id})
             times.append(time.perf_counter() - started)
             assert response.status_code == 200 and response.json()["status"] == "published", response.text
     return times
@@ -99,7 +99,8 @@ def run(n: int) -> None:
         settings = Settings.load(environ=env, dotenv=None)
         token = add_approver(settings, "bench")
         started = time.perf_counter()
-        web = [start_analysis(settings, "NVDA", thread_id=f"web-{i}").thread_id for i in range(n)]
+        drafted = [start_analysis(settings, "NVDA", thread_id=f"web-{i}") for i in range(n)]
+        web = [(view.thread_id, str((view.draft or {})["draft_id"])) for view in drafted]
         cli = [start_analysis(settings, "NVDA", thread_id=f"cli-{i}").thread_id for i in range(n)]
         print(f"  drafted {2 * n} threads in {time.perf_counter() - started:.1f} s")
         server, url = _start_server(env, Path(tmp) / "serve.log")

@@ -33,7 +33,7 @@ if [ "$MA_DATA_DIR" != "$PWD/.market-analyst" ]; then run="MA_DATA_DIR=$MA_DATA_
 echo "The report is $MA_DATA_DIR/reports/$key.json. Read it again, list the runs, start another:"
 echo "  $run reports show $key"
 echo "  $run threads"
-echo "  $run analyze MSFT    # the bundled snapshot also has NFLX and TSLA"
+echo "  $run analyze MSFT    # the bundled snapshot also has AAPL, AMZN, GOOG, META, NFLX and TSLA"
 if [ "$("$MA" db status --json | field '["running"]')" = True ]; then
   echo "The embedded PostgreSQL keeps running in $MA_DATA_DIR/postgres, so the next command starts at once."
   if [ "$run" = "$MA" ]; then

@@ -80,6 +80,11 @@ def test_settings_read_exactly_the_variables_env_example_lists():
         ("MA_REDIS_SHALLOW", "maybe", "MA_REDIS_SHALLOW='maybe'"),
         ("SOURCE_DATE_EPOCH", "soon", "is not a whole number of seconds"),
         ("MA_CHECKPOINTER", "mysql", "MA_CHECKPOINTER='mysql'"),
+        ("MA_SESSION_IDLE", "0s", "MA_SESSION_IDLE='0s': must be at least one second"),
+        ("MA_SESSION_MAX", "forever", "MA_SESSION_MAX='forever': 'forever' is not an age"),
+        ("MA_ALLOWED_HOSTS", "ok.example,bad/name", "'bad/name' is not a host name"),
+        ("MA_TRUSTED_PROXIES", "10.0.0.0/8,proxy", "'proxy' is not an IP address or network"),
+        ("MA_REQUEST_TIMEOUT", "0", "MA_REQUEST_TIMEOUT='0'"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str, needle: str):

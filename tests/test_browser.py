@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -67,6 +68,43 @@ def test_sign_in_open_a_draft_see_its_chart_and_approve(cli: Cli, serve, tmp_pat
         assert not [m for m in console if "Content Security Policy" in m], console
     [document] = cli.archive_files()
     assert '"approved_by": "olivia"' in document.read_text()
+
+
+def test_signing_out_in_the_browser_ends_the_session_for_a_copy_of_its_cookie(
+    cli: Cli, serve, tmp_path: Path
+):
+    token = cli.ok("approvers", "add", "pat").stdout.strip()
+    thread = unique_id("browser-out")
+    cli.ok("analyze", "NVDA", "--thread-id", thread)
+    server = serve(cli)
+
+    with chromium(tmp_path / "chromium") as browser:
+        browser.get(server.url + "/login")
+        browser.find_element(By.ID, "token").send_keys(token)
+        browser.find_element(By.ID, "sign-in").click()
+        arrive(browser, "/inbox")
+        cookie = browser.get_cookie("ma_session")
+        assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        copy = httpx.Client(base_url=server.url, cookies={"ma_session": cookie["value"]})
+        assert copy.get("/inbox").status_code == 200  # the copy works while the session lives
+
+        browser.find_element(By.CSS_SELECTOR, "form[action='/logout'] button").click()
+        arrive(browser, "/login")
+        assert (
+            browser.get_cookie("ma_session") is None
+            or browser.get_cookie("ma_session")["value"] != cookie["value"]
+        )
+        refused = copy.get("/inbox")
+        assert refused.status_code == 303 and refused.headers["location"] == "/login"
+        assert copy.get(f"/threads/{thread}").status_code == 303
+
+        # Put the old cookie back into the browser: it opens nothing.
+        browser.delete_all_cookies()
+        browser.add_cookie({"name": "ma_session", "value": cookie["value"], "path": "/"})
+        browser.get(server.url + "/inbox")
+        arrive(browser, "/login")
+        assert not browser.find_elements(By.ID, "approver")
+    assert cli.ok("status", thread, "--json").json()["status"] == "awaiting_approval"
 
 
 def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch):

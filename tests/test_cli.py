@@ -22,7 +22,7 @@ def test_analyze_then_approve_from_a_second_process(cli: Cli):
     assert "Recommendation:" in analyzed.stdout and "bundled snapshot, as of 2025-02-14" in analyzed.stdout
 
     before = cli.ok("status", thread_id, "--json").json()
-    assert before["status"] == "awaiting_approval" and before["pending_node"] == "publish"
+    assert before["status"] == "awaiting_approval" and before["pending_node"] == "human_review"
     assert before["publication"] is None
 
     approved = cli.ok("approve", thread_id, "--user", "bob", "--note", "ok")
@@ -44,7 +44,7 @@ def test_analyze_then_approve_from_a_second_process(cli: Cli):
 
 def test_analyze_json_has_the_thread_and_its_draft(cli: Cli):
     data = cli.ok("analyze", "MSFT", "--json", "--question", "Is it a buy?").json()
-    assert data["thread_id"] and data["pending_node"] == "publish"
+    assert data["thread_id"] and data["pending_node"] == "human_review"
     draft = data["draft"]
     for field in ("recommendation", "confidence", "figures", "as_of", "data_source"):
         assert field in draft, field
@@ -154,7 +154,7 @@ def test_revise_drafts_again_and_the_approval_binds_to_the_new_draft(cli: Cli):
     thread = unique_id("revise")
     first = cli.ok("analyze", "NVDA", "--thread-id", thread, "--json").json()
     revised = cli.ok("revise", thread, "--feedback", "say more about the drawdown", "--json").json()
-    assert revised["status"] == "awaiting_approval" and revised["pending_node"] == "publish"
+    assert revised["status"] == "awaiting_approval" and revised["pending_node"] == "human_review"
     assert revised["draft"]["revision"] == 2
     assert revised["draft"]["feedback"] == ["say more about the drawdown"]
     assert "say more about the drawdown" in revised["draft"]["markdown"]

@@ -40,12 +40,14 @@ def test_a_thread_prints_its_figures_once_and_matches_the_schema_at_every_step(c
     analyzed = _valid(cli.ok("analyze", "TSLA", "--thread-id", thread, "--json").json())
     # The draft, and so its figures, appear once: nothing of it is copied to the top level.
     assert json.dumps(analyzed).count('"figures"') == 1
-    assert analyzed["pending_node"] == "publish" and analyzed["status"] == "awaiting_approval"
+    assert analyzed["pending_node"] == "human_review" and analyzed["status"] == "awaiting_approval"
     figures = analyzed["draft"]["figures"]
     assert figures["price"] == 333.0367 and figures["sma_50"] == 299.7205  # full precision, not 333.04
 
     revised = _valid(cli.ok("revise", thread, "--feedback", "shorter, please", "--json").json())
-    assert revised["revision"] == 2 and revised["changes"]["lines_added"] >= 1
+    assert revised["revision"] == 2
+    # The built-in rules cannot act on free text: only the feedback section changed, not the analysis.
+    assert revised["changes"]["lines_added"] == revised["changes"]["lines_removed"] == 0
     assert _valid(cli.ok("status", thread, "--json").json())["draft"] == revised["draft"]
 
     approved = _valid(cli.ok("approve", thread, "--user", "bob", "--json").json())

@@ -23,7 +23,7 @@ GOOD = {
 def test_the_model_answers_from_the_computed_facts(cli: Cli):
     with ChatServer([{"answer": GOOD}]) as server:
         draft = cli.ok("analyze", "NVDA", "--json", extra_env=server.env()).json()["draft"]
-    assert draft["analyst"] == {"kind": "llm", "name": "test-model", "version": "2"}
+    assert draft["analyst"] == {"kind": "llm", "name": "test-model", "version": "3"}
     assert draft["recommendation"] == "hold" and draft["confidence"] == 0.6
     assert draft["summary"] == GOOD["summary"]
     assert "Analyst: test-model" in draft["markdown"]
@@ -47,7 +47,7 @@ def test_two_tool_calls_then_the_answer_and_the_tool_results_become_facts(cli: C
     ]
     with ChatServer(script) as server:
         draft = cli.ok("analyze", "NVDA", "--json", extra_env=server.env()).json()["draft"]
-        assert len(server.requests) == 3
+        assert len(server.requests) == 3 and server.violations == []
         results = [
             json.loads(m["content"]) for m in server.requests[2]["body"]["messages"] if m["role"] == "tool"
         ]
@@ -55,14 +55,14 @@ def test_two_tool_calls_then_the_answer_and_the_tool_results_become_facts(cli: C
     assert results[0]["return_pct"] == -6.3594 and results[1][0]["depth_pct"] == 66.3351
     assert draft["summary"] == answer["summary"]  # 66.3 is grounded by a tool result, not the figures
     tool_facts = [f for f in draft["facts"] if f.startswith(("figures_over_window", "drawdown_episodes"))]
-    assert len(tool_facts) == 2 and "window=3M" in tool_facts[0] and "66.3351" in tool_facts[1]
+    assert len(tool_facts) == 2 and 'window="3M"' in tool_facts[0] and "66.3351" in tool_facts[1]
 
 
 def test_an_answer_citing_numbers_not_in_the_facts_is_asked_for_again(cli: Cli):
     invented = dict(GOOD, summary="NVDA will reach 250 by 2026.")
     with ChatServer([{"answer": invented}, {"answer": GOOD}]) as server:
         draft = cli.ok("analyze", "NVDA", "--json", extra_env=server.env()).json()["draft"]
-        assert len(server.requests) == 2
+        assert len(server.requests) == 2 and server.violations == []
         assert "Refused: the answer cited 250, 2026" in server.messages(1)
     assert draft["summary"] == GOOD["summary"]
 
@@ -114,7 +114,7 @@ def test_revise_asks_the_model_again_with_every_feedback_item(cli: Cli):
         out = cli.ok(
             "revise", thread, "--feedback", "mention the 52-week high", "--json", extra_env=server.env()
         )
-        assert len(server.requests) == 2
+        assert len(server.requests) == 2 and server.violations == []
         assert "mention the 52-week high" in server.messages(1)  # the model was asked again, with it
     data = out.json()
     assert data["revision"] == 2 and data["feedback"] == "mention the 52-week high"

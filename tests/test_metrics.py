@@ -118,9 +118,6 @@ def test_nvda_figures_from_the_bundled_snapshot():
     assert figures["return_1y"] == pytest.approx(closes[-1] / closes[-253] - 1, abs=1e-6)
     assert figures["return_1m"] == pytest.approx(closes[-1] / closes[-22] - 1, abs=1e-6)
     assert figures["observations"] == 6558
-    # SPX ends 2020-11-20, years before NVDA's last year: no beta, and the figures say why.
-    assert figures["benchmark"] is None
-    assert figures["benchmark_note"] == (
-        "the S&P 500 series ends 2020-11-20, before NVDA's last year (to 2025-02-14)"
-    )
+    # SPX ends 2025-01-31, ten trading days before NVDA: beta over the year both series share.
+    assert figures["benchmark"]["window_end"] == "2025-01-31" and figures["benchmark_note"] is None
     assert figures["trend"] in ("up", "down", "mixed")

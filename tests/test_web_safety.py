@@ -63,7 +63,10 @@ def test_a_server_killed_mid_approval_is_finished_by_the_cli_with_one_report(cli
     # checkpoint that records it: the worst moment for exactly-once.
     server = serve(cli, command=[sys.executable, "-m", "tests.support.crash_child", "after-archive-write"])
     with pytest.raises(httpx.TransportError):
-        server.client(token).post(f"/api/threads/{thread}/approve", json={"note": "from the web"})
+        draft_id = cli.ok("status", thread, "--json").json()["request"]["draft_id"]
+        server.client(token).post(
+            f"/api/threads/{thread}/approve", json={"note": "from the web", "draft_id": draft_id}
+        )
     assert server.proc is not None and server.proc.wait(timeout=30) == -9
 
     status = cli.ok("status", thread, "--json").json()

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from langgraph.types import Command
 
 from market_analyst.deps import build_deps
 from market_analyst.errors import UserError
 from market_analyst.graph import build_graph
+from market_analyst.nodes import human_review
 from market_analyst.nodes.publish import PublishRefused
 from market_analyst.persistence.archive import ReportArchive
 from market_analyst.persistence.checkpointers import open_checkpointer
@@ -54,7 +56,15 @@ def test_run_pauses_before_publish_and_a_new_graph_over_a_new_connection_finishe
         inputs = {"ticker": "NVDA", "question": "", "user_id": "ann", "feedback": []}
         graph.invoke(inputs, _config(thread), context=build_deps(settings))
         snapshot = graph.get_state(_config(thread))
-        assert snapshot.next == ("publish",)
+        assert snapshot.next == ("human_review",)
+        [asked] = snapshot.interrupts
+        assert asked.value["kind"] == "approval_request"
+        assert asked.value["draft_id"] == snapshot.values["draft"]["draft_id"]
+        assert asked.value["requested_by"] == "ann" and asked.value["approvals_needed"] == 1
+        # Clients can render a typed form from the schema; the Redis saver stores the interrupt as JSON
+        # and keeps only its value and ID, so the schema is there on PostgreSQL alone.
+        if settings.checkpointer == "postgres":
+            assert asked.response_schema["title"] == "Decision"
         assert snapshot.values["draft"]["data_source"] == "bundled snapshot, as of 2025-02-14"
         assert ReportArchive(settings.archive_dir).keys() == []
 
@@ -113,8 +123,12 @@ def test_publish_refuses_without_a_recorded_approval(settings: Settings):
     start_analysis(settings, "NVDA", thread_id=thread)
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver)
+        # Resumed with no decision, the gate asks again; it does not fall through.
+        graph.invoke(None, _config(thread), context=build_deps(settings))
+        assert graph.get_state(_config(thread)).next == ("human_review",)
+        # Sent straight to publish, past the gate: publish refuses on its own.
         with pytest.raises(PublishRefused, match="no decision"):
-            graph.invoke(None, _config(thread), context=build_deps(settings))
+            graph.invoke(Command(goto="publish"), _config(thread), context=build_deps(settings))
     assert ReportArchive(settings.archive_dir).keys() == []
 
 
@@ -132,7 +146,14 @@ def test_publish_refuses_an_approval_of_another_draft(settings: Settings):
         }
         graph.update_state(_config(thread), {"approval": forged})
         with pytest.raises(PublishRefused, match="approval is for draft"):
-            graph.invoke(None, _config(thread), context=build_deps(settings))
+            graph.invoke(Command(goto="publish"), _config(thread), context=build_deps(settings))
+        # The right draft ID with other content (a hash of what was not read) is refused too.
+        draft_id = graph.get_state(_config(thread)).values["draft"]["draft_id"]
+        graph.update_state(
+            _config(thread), {"approval": forged | {"draft_id": draft_id, "content_hash": "f" * 64}}
+        )
+        with pytest.raises(PublishRefused, match="content hash differs"):
+            graph.invoke(Command(goto="publish"), _config(thread), context=build_deps(settings))
     assert ReportArchive(settings.archive_dir).keys() == []
 
 
@@ -145,7 +166,7 @@ def test_same_input_gives_the_same_draft_byte_for_byte(settings: Settings):
     assert a.draft["markdown"] == b.draft["markdown"]
 
 
-def test_interrupt_is_compiled_into_the_real_graph():
+def test_the_gate_is_an_interrupt_in_the_real_graph():
     graph = build_graph()
     assert list(graph.nodes) == [
         "__start__",
@@ -153,10 +174,15 @@ def test_interrupt_is_compiled_into_the_real_graph():
         "fetch_market_data",
         "analyze",
         "draft_report",
+        "human_review",
+        "record_decision",
         "publish",
         "tools",  # the LLM analyst's tool calls, between its turns of analyze
     ]
-    assert graph.interrupt_before_nodes == ["publish"]
+    # No static interrupt: the gate asks with interrupt() and a typed request (human_review).
+    assert graph.interrupt_before_nodes == []
+    source = Path(human_review.__file__).read_text()
+    assert "interrupt(request.model_dump" in source and "response_schema=Decision" in source
 
 
 def test_thread_ids_with_a_trailing_newline_are_refused():

@@ -10,34 +10,46 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from market_analyst.decisions import DecisionPolicy
 from market_analyst.errors import UserError
 from market_analyst.persistence.approvers import Approver, ApproverStore
 from market_analyst.persistence.archive import ReportArchive
 from market_analyst.persistence.archive_index import ReportSummary
+from market_analyst.persistence.audit import AuditLog
 from market_analyst.persistence.checkpointers import (
     embedded_server,
     open_checkpointer,
     stop_embedded_server,
 )
 from market_analyst.persistence.profiles import Migration, ProfileStore
+from market_analyst.persistence.sessions import SessionRecord, SessionStore
+from market_analyst.persistence.sign_in_limits import SignInLimits
 from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
 __all__ = [
     "Approver",
     "ApproverStore",
+    "AuditLog",
     "Migration",
     "ReportSummary",
+    "SessionRecord",
+    "SessionStore",
+    "SignInLimits",
     "build_deps",
     "check_analyst",
+    "decision_policy",
     "embedded_server",
     "open_analyst",
     "open_approvers",
     "open_archive",
+    "open_audit",
     "open_checkpointer",
     "open_market_data",
     "open_model",
     "open_profiles",
+    "open_sessions",
+    "open_sign_in_limits",
     "stop_embedded_server",
 ]
 
@@ -101,6 +113,37 @@ def open_approvers(settings: Settings) -> ApproverStore:
     return ApproverStore(settings.data_dir)
 
 
+def open_sessions(settings: Settings) -> SessionStore:
+    """The web inbox's signed-in sessions, in the data directory (shared by every server process)."""
+    return SessionStore(
+        settings.data_dir,
+        idle=settings.session_idle.total_seconds(),
+        lifetime=settings.session_max.total_seconds(),
+    )
+
+
+def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> SignInLimits:
+    """The failed sign-ins every server process counts against, in the data directory."""
+    return SignInLimits(settings.data_dir, limit=limit, window=window)
+
+
+def open_audit(settings: Settings) -> AuditLog:
+    """The audit log of decisions and publications, in the data directory's `audit/`."""
+    return AuditLog(settings.data_dir / "audit")
+
+
+def decision_policy(settings: Settings) -> DecisionPolicy:
+    """Who may decide and how many approve, from the settings and the approvers' roles (read when a
+    decision is checked, so a role changed in another process counts at once)."""
+    store = open_approvers(settings)
+    return DecisionPolicy(
+        required_approvals=settings.required_approvals,
+        allowed=settings.approvers,
+        allow_self_approval=settings.allow_self_approval,
+        role_of=store.role_of,
+    )
+
+
 def open_profiles(settings: Settings) -> ProfileStore:
     """The profile store: `QDRANT_URL` if set, else the embedded store in the data directory (Qdrant
     Edge, or local mode with `MA_PROFILE_STORE=local`). Opens nothing until it is used."""
@@ -118,4 +161,6 @@ def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) 
         model=open_model(settings, notify),
         max_steps=settings.llm_max_steps,
         now=settings.now,
+        policy=decision_policy(settings),
+        audit=open_audit(settings),
     )

@@ -31,14 +31,26 @@ def two_decimals(value: Any) -> str:
     return "n/a" if value is None else f"{float(value):.2f}"
 
 
-# C0 and C1 control characters and DEL, except line feed and tab: a terminal would act on them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 and C1 control characters and DEL, except line feed and tab: a terminal would act on them. Then
+# the characters that change how text around them reads without being seen: bidirectional
+# overrides, embeddings, isolates and marks, zero-width spaces and joiners, the word joiner, the
+# byte order mark, and the line and paragraph separators.
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
-    """`text` safe to print on a terminal: control characters (an escape sequence that clears the
-    screen, a carriage return that overwrites a line) are shown as `\\x1b`-style escapes instead."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """`text` safe to print on a terminal or show on a page: control characters (an escape sequence
+    that clears the screen, a carriage return that overwrites a line) and invisible ones (a
+    right-to-left override that reverses what follows, a zero-width space) are shown as `\\x1b` or
+    `\\u202e` escapes instead."""
+    return _CONTROL.sub(_escape, text)
 
 
 def describe_age(seconds: float) -> str:

@@ -23,23 +23,40 @@ from market_analyst.nodes.agent import next_step
 from market_analyst.nodes.analyze import analyze
 from market_analyst.nodes.draft_report import draft_report
 from market_analyst.nodes.fetch_market_data import fetch_market_data
+from market_analyst.nodes.human_review import human_review
 from market_analyst.nodes.load_profile import load_profile
 from market_analyst.nodes.publish import publish
+from market_analyst.nodes.record_decision import record_decision
 from market_analyst.nodes.tools import tool_node
 from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
 # The main line, in order; `tools` runs only for the LLM analyst, between its turns of `analyze`.
-NODES = ("load_profile", "fetch_market_data", "analyze", "draft_report", "publish")
+NODES = (
+    "load_profile",
+    "fetch_market_data",
+    "analyze",
+    "draft_report",
+    "human_review",
+    "record_decision",
+    "publish",
+)
 TOOLS = "tools"
-GATE = "publish"
+# The node that asks a person (an `interrupt()`), and the one a decision reaches it through.
+GATE = "human_review"
+# Where the gate of earlier versions stopped a run: a static interrupt before `publish`, with no request.
+LEGACY_GATE = "publish"
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "load_profile": load_profile,
     "fetch_market_data": fetch_market_data,
     "analyze": analyze,
     "draft_report": draft_report,
+    "human_review": human_review,
+    "record_decision": record_decision,
     "publish": publish,
 }
+# Where `record_decision` can send a run (its `Command(goto=...)`), for the drawing and for LangGraph.
+_DECISION_ROUTES = ("human_review", "analyze", "publish", END)
 
 # `wrapper(node_name, node_function)` returns the function the graph runs instead. A wrapper must
 # keep the node's signature (`functools.wraps` does): LangGraph injects `runtime` and `config` by it.
@@ -71,8 +88,8 @@ def build_graph(
     default_deps: Deps | None = None,
     wrap_node: NodeWrapper | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """Compile `load_profile → fetch_market_data → analyze → draft_report → publish`, interrupting
-    before `publish` so that a person decides."""
+    """Compile `load_profile → fetch_market_data → analyze → draft_report → human_review →
+    record_decision → publish`; `human_review` interrupts the run until a person decides."""
     # No `context_schema`: Deps holds live clients, which no caller can send as JSON and which have no
     # JSON Schema; declared, it made a LangGraph server build Deps from its dict context (a TypeError
     # before any node ran) and fail its /assistants/{id}/schemas endpoint, which Studio reads.
@@ -84,7 +101,7 @@ def build_graph(
             node = _with_default_context(node, default_deps)
         for wrapper in wrappers:
             node = wrapper(name, node)
-        builder.add_node(name, node)
+        builder.add_node(name, node, destinations=_DECISION_ROUTES if name == "record_decision" else None)
     builder.add_node(TOOLS, tool_node(default_deps))
     builder.add_edge(START, "load_profile")
     builder.add_edge("load_profile", "fetch_market_data")
@@ -92,8 +109,9 @@ def build_graph(
     builder.add_conditional_edges("analyze", next_step, ["draft_report", TOOLS, "analyze"])
     builder.add_edge(TOOLS, "analyze")
     builder.add_edge("draft_report", GATE)
-    builder.add_edge(GATE, END)
-    return builder.compile(checkpointer=checkpointer, interrupt_before=[GATE])
+    builder.add_edge(GATE, "record_decision")
+    builder.add_edge("publish", END)
+    return builder.compile(checkpointer=checkpointer)
 
 
 def _parameters(node: Callable[..., Any]) -> set[str]:

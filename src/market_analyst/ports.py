@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from market_analyst.decisions import DecisionPolicy, Identity
 from market_analyst.state import Profile, ProfileUsed
 
 if TYPE_CHECKING:
@@ -98,6 +99,41 @@ class ArchiveWriter(Protocol):
 
 
 @dataclass(frozen=True)
+class AuditEvent:
+    """One decision or publication, as the audit log records it. `event_id` names the event itself
+    (a node re-run after a crash appends the same event, which the log keeps once)."""
+
+    event_id: str
+    action: str  # approved, rejected, revised, published
+    at: str  # UTC ISO time
+    thread_id: str | None = None
+    draft_id: str | None = None
+    content_hash: str | None = None
+    revision: int | None = None
+    actor: str | None = None  # who decided (personal: erased by `forget`)
+    verified: bool = False
+    door: str = ""
+    requester: str | None = None  # whom the analysis was for (personal)
+    note: str = ""  # the note, reason or feedback (personal)
+    archive_key: str | None = None
+
+
+class AuditWriter(Protocol):
+    """Appends to the audit log, kept apart from the checkpoints; an event seen before is kept once."""
+
+    def append(self, event: AuditEvent) -> dict[str, Any]:
+        """Append `event` (unless its `event_id` is in the log already) and return its entry."""
+        ...
+
+
+class _NoAudit:
+    """For graphs built without a log (a test's bare graph): appends nothing."""
+
+    def append(self, event: AuditEvent) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
 class Deps:
     """What the nodes use, passed as LangGraph's runtime context: never stored in a checkpoint."""
 
@@ -108,6 +144,9 @@ class Deps:
     model: ChatModel | None = None  # set: the LLM analyst, an agent loop of model turns and tool calls
     max_steps: int = 6  # model turns the agent may take before it must answer
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # the clock (SOURCE_DATE_EPOCH)
+    policy: DecisionPolicy = field(default_factory=DecisionPolicy)  # who may decide, and how many approve
+    audit: AuditWriter = field(default_factory=_NoAudit)
+    identity: Identity | None = None  # who decides in this run, as the application's door knows them
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,46 @@
-"""Display text shared by the draft and the terminal: the report's Markdown and the profile sentence."""
+"""Display text shared by the draft and the terminal: the report's Markdown and the profile sentence.
+
+Every piece of text the report quotes (the question, reviewer feedback, the analyst's headline,
+summary, risk factors and answers, which may be a model's words) goes in through `plain`: it stays
+one line of literal text, so it can add no heading, table, list, emphasis, link or image to the
+report, in any Markdown renderer, and what cannot be seen is shown as an escape.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from market_analyst.formatting import one_decimal, pct, price, signed_pct, two_decimals
+from market_analyst.formatting import one_decimal, pct, price, printable, signed_pct, two_decimals
 from market_analyst.state import ProfileUsed
+
+_LINE_BREAK = re.compile(r"\r\n|[\n\r\x0b\x0c\x85\u2028\u2029]")
+# Markdown punctuation that means something anywhere in a line (emphasis, code, links, images, raw
+# HTML, tables, strikethrough, headings), and the backslash that escapes it.
+# (An underscore inside a word, as in a user ID, is no emphasis, so it stays as it is.)
+_INLINE = re.compile(r"([\\`*\[\]<>|~#]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
+_ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")  # "&lt;" would be read as "<"
+_AUTOLINK = re.compile(r"(?<=[A-Za-z])(?=://)|(?<=\bwww)(?=\.)", re.IGNORECASE)
+# What makes a block when it starts a line: a list item, an ordered item, a rule or a setext heading.
+_BLOCK_START = re.compile(r"^(\s*)([-+=]|\d+(?=[.)]))")
+
+
+def plain(text: Any) -> str:
+    """`text` as literal Markdown: one line (line breaks become spaces), every character that could
+    be markup escaped with a backslash (so a renderer shows it as it was typed), entity references
+    and bare URLs defused, and control and invisible characters shown as escapes (`\\u202e`)."""
+    parts = _LINE_BREAK.split(str(text)) if text else []
+    line = printable(_INLINE.sub(r"\\\1", " ".join(part.strip() for part in parts if part.strip())))
+    line = _ENTITY.sub(r"\\&", line)
+    line = _AUTOLINK.sub("\\\\", line)
+    match = _BLOCK_START.match(line)
+    if match:
+        start = match.end(1)
+        if match.group(2)[0].isdigit():
+            start = match.end(2)
+        line = line[:start] + "\\" + line[start:]
+    return line
+
 
 SET_PROFILE_HINT = (
     "market-analyst profile set --user {user} "
@@ -66,20 +101,21 @@ def _feedback_section(d: dict[str, Any]) -> list[str]:
     lines = ["", "## Reviewer feedback", ""]
     for note in notes:
         verdict = "addressed" if note["acted"] else "recorded, not acted on"
-        lines.append(f"- {note['feedback']} ({verdict}{': ' + note['response'] if note['response'] else ''})")
+        answer = f": {plain(note['response'])}" if note["response"] else ""
+        lines.append(f"- {plain(note['feedback'])} ({verdict}{answer})")
     return lines
 
 
 def render_markdown(d: dict[str, Any]) -> str:
     """The Markdown rendering of a draft (every figure it cites comes from `figures` or `facts`)."""
     lines = [
-        f"# {d['headline']}",
+        f"# {plain(d['headline'])}",
         "",
-        f"**Recommendation:** {d['recommendation'].upper()}, confidence {d['confidence']:.2f}",
+        f"**Recommendation:** {plain(d['recommendation'].upper())}, confidence {d['confidence']:.2f}",
         "",
-        f"**Question:** {d['question']}",
+        f"**Question:** {plain(d['question'])}",
         "",
-        d["summary"],
+        plain(d["summary"]),
         "",
         "## Figures",
         "",
@@ -88,15 +124,21 @@ def render_markdown(d: dict[str, Any]) -> str:
         "## Risk factors",
         "",
     ]
-    lines += [f"- {r}" for r in d["risk_factors"]] or ["- none flagged by the rules"]
-    lines += ["", "## Basis", "", f"- Data: {d['data_source']}", f"- Profile: {d['profile']['statement']}"]
+    lines += [f"- {plain(r)}" for r in d["risk_factors"]] or ["- none flagged by the rules"]
+    lines += [
+        "",
+        "## Basis",
+        "",
+        f"- Data: {plain(d['data_source'])}",
+        f"- Profile: {plain(d['profile']['statement'])}",
+    ]
     options = d.get("options") or {}
     if options:
-        chosen = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(options.items()))
+        chosen = ", ".join(f"{k.replace('_', ' ')} {plain(v)}" for k, v in sorted(options.items()))
         lines.append(f"- Chosen for this thread with revise (not the stored profile): {chosen}")
     analyst = d["analyst"]
-    lines.append(f"- Analyst: {analyst['name']} (version {analyst['version']})")
-    lines.append(f"- Framing: {d['framing']}")
+    lines.append(f"- Analyst: {plain(analyst['name'])} (version {plain(analyst['version'])})")
+    lines.append(f"- Framing: {plain(d['framing'])}")
     lines += _feedback_section(d)
     lines += ["", f"Draft {d['draft_id']}, revision {d['revision']}.", "", f"*{DISCLAIMER}*", ""]
     return "\n".join(lines)

@@ -6,6 +6,7 @@ line that names the variable. Nothing else in the package reads the environment.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -45,6 +46,8 @@ VARIABLES: dict[str, str] = {
     "MA_PROFILE_STORE": "edge",
     "MA_USER": "",
     "MA_APPROVERS": "",
+    "MA_REQUIRED_APPROVALS": "1",
+    "MA_ALLOW_SELF_APPROVAL": "false",
     "MA_LEASE_TTL_SECONDS": "30",
     "SOURCE_DATE_EPOCH": "",
     "MA_ANALYST": "auto",
@@ -56,12 +59,18 @@ VARIABLES: dict[str, str] = {
     "MA_LLM_MAX_STEPS": "6",
     "MA_DEBUG": "false",
     "MA_MAX_DRAFT_AGE": "7d",
+    "MA_SESSION_IDLE": "30m",
+    "MA_SESSION_MAX": "12h",
+    "MA_ALLOWED_HOSTS": "",
+    "MA_TRUSTED_PROXIES": "",
+    "MA_REQUEST_TIMEOUT": "10",
 }
 # The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
 MAX_EPOCH = 253_402_300_799
 # A Redis lease lives between one second and one day without renewal.
 LEASE_TTL_BOUNDS = (1.0, 86_400.0)
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 _DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -127,6 +136,8 @@ class Settings(BaseSettings):
     approvers: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(), validation_alias="MA_APPROVERS"
     )
+    required_approvals: int = Field(default=1, ge=1, le=20, validation_alias="MA_REQUIRED_APPROVALS")
+    allow_self_approval: bool = _var("MA_ALLOW_SELF_APPROVAL")
     lease_ttl_seconds: float = Field(
         default=30.0,
         ge=LEASE_TTL_BOUNDS[0],
@@ -146,6 +157,17 @@ class Settings(BaseSettings):
     llm_max_steps: int = Field(default=6, ge=1, le=30, validation_alias="MA_LLM_MAX_STEPS")
     debug: bool = _var("MA_DEBUG")
     max_draft_age: timedelta = Field(default=timedelta(days=7), validation_alias="MA_MAX_DRAFT_AGE")
+    session_idle: timedelta = Field(default=timedelta(minutes=30), validation_alias="MA_SESSION_IDLE")
+    session_max: timedelta = Field(default=timedelta(hours=12), validation_alias="MA_SESSION_MAX")
+    allowed_hosts: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(), validation_alias="MA_ALLOWED_HOSTS"
+    )
+    trusted_proxies: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(), validation_alias="MA_TRUSTED_PROXIES"
+    )
+    request_timeout: float = Field(
+        default=10.0, gt=0, le=600, allow_inf_nan=False, validation_alias="MA_REQUEST_TIMEOUT"
+    )
 
     @field_validator("checkpointer", "durability", "market_data", "analyst", "profile_store", mode="before")
     @classmethod
@@ -157,7 +179,7 @@ class Settings(BaseSettings):
     def _absolute(cls, value: Path | None) -> Path | None:
         return value.expanduser().absolute() if value is not None else None
 
-    @field_validator("approvers", mode="before")
+    @field_validator("approvers", "allowed_hosts", "trusted_proxies", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -177,7 +199,25 @@ class Settings(BaseSettings):
             return datetime.fromtimestamp(seconds, UTC)
         return value
 
-    @field_validator("max_draft_age", mode="before")
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _host_names(cls, value: frozenset[str]) -> frozenset[str]:
+        for name in value:
+            if not _HOST_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a host name (letters, digits, dots and dashes)")
+        return frozenset(name.lower() for name in value)
+
+    @field_validator("trusted_proxies", mode="after")
+    @classmethod
+    def _addresses(cls, value: frozenset[str]) -> frozenset[str]:
+        for address in value:
+            try:
+                ipaddress.ip_network(address, strict=False)
+            except ValueError:
+                raise ValueError(f"{address!r} is not an IP address or network such as 10.0.0.0/8") from None
+        return value
+
+    @field_validator("max_draft_age", "session_idle", "session_max", mode="before")
     @classmethod
     def _age(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -185,6 +225,13 @@ class Settings(BaseSettings):
                 return parse_duration(value, "age")
             except UserError as exc:
                 raise ValueError(str(exc).removeprefix("age ")) from None
+        return value
+
+    @field_validator("session_idle", "session_max", mode="after")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value.total_seconds() < 1:
+            raise ValueError("must be at least one second (a session that ends at once signs no one in)")
         return value
 
     @field_validator("qdrant_url", mode="after")
@@ -263,6 +310,14 @@ class Settings(BaseSettings):
 
         The options are typed with the same `Literal`s as the fields, so the CLI has checked them."""
         return self.model_copy(update={k: v for k, v in changes.items() if v is not None})
+
+    def with_checked(self, **changes: Any) -> Settings:
+        """A copy with `changes` checked as the variables are: for options whose values are not
+        typed by the CLI (host names, proxy addresses). A bad one is one `UserError` line."""
+        try:
+            return type(self).model_validate(self.model_dump() | changes)
+        except ValidationError as exc:
+            raise UserError(_one_line(exc)) from None
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None, dotenv: Path | None = Path(".env")) -> Settings:

@@ -36,6 +36,8 @@ MAX_NOTES_CHARS = 500
 # removed, renamed or changes meaning, and register how to read the previous schema in
 # `workflow/upgrade.py`: threads wait at the gate for days, across upgrades.
 SCHEMA_VERSION = 2
+# A question is a sentence or a paragraph: a longer one is refused before a run starts.
+MAX_QUESTION_CHARS = 2000
 
 
 def validate_user_id(raw: str) -> str:
@@ -125,13 +127,21 @@ class ProfileUsed(BaseModel):
 
 
 class Approval(BaseModel):
-    """A recorded decision on one draft."""
+    """A recorded decision on one draft: an approval that completed the quorum, or a rejection.
+
+    `content_hash`, `verified`, `door` and `approvers` are absent from decisions recorded before the
+    gate was an `interrupt()`; their defaults describe such a decision as what it was (a name typed
+    at the command line, on a draft identified by its ID alone)."""
 
     decision: Literal["approved", "rejected"]
     by: str
     at: str
     note: str = ""
     draft_id: str
+    content_hash: str | None = None
+    verified: bool = False
+    door: str = "cli"
+    approvers: list[str] = Field(default_factory=list)  # everyone whose approval counted, in order
 
 
 class Draft(BaseModel):
@@ -190,4 +200,6 @@ class AnalystState(TypedDict, total=False):
     started_at: str  # when the thread started (UTC)
     schema_version: int  # SCHEMA_VERSION of the code that started the thread; absent: 1 (0.1.0 or earlier)
     approval: dict[str, Any] | None  # Approval
+    approvals: list[dict[str, Any]]  # the current draft's approvals so far (by, at, verified, door, note)
+    decision: dict[str, Any] | None  # the decisions.Decision the gate accepted, until record_decision
     publication: dict[str, Any] | None  # Publication

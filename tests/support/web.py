@@ -15,6 +15,8 @@ from tests.support.cli import market_analyst_command
 from tests.support.services import _die_with_parent, free_port, kill_process, stop_process
 
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+HIDDEN_FIELD = re.compile(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"')
+DRAFT_FIELDS = ("draft_id", "content_hash")
 
 
 @dataclass
@@ -85,8 +87,13 @@ class FormClient:
         return self.http.post("/login", data={"token": token, "csrf_token": self.csrf("/login")})
 
     def submit(self, form_page: str, action: str, **fields: str) -> httpx.Response:
-        """Post a form found on `form_page`, with that page's CSRF token."""
-        return self.http.post(action, data={"csrf_token": self.csrf(form_page), **fields})
+        """Post a form found on `form_page` as a browser would: with that page's CSRF token and the
+        draft its decision forms name (their hidden fields), unless `fields` gives them."""
+        text = self.http.get(form_page).text
+        match = CSRF_FIELD.search(text)
+        assert match, f"no CSRF token on {form_page}"
+        hidden = {name: value for name, value in HIDDEN_FIELD.findall(text) if name in DRAFT_FIELDS}
+        return self.http.post(action, data={"csrf_token": match.group(1), **hidden, **fields})
 
     def page(self, path: str) -> httpx.Response:
         return self.http.get(path)

@@ -5,6 +5,7 @@ Windows are counted in trading days: 1M = 21, 3M = 63, 6M = 126, 1Y = 252.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -100,19 +101,21 @@ def distance_from_range(closes: Sequence[float], window: int = TRADING_DAYS) -> 
 
 
 # The benchmark must reach this close to the ticker's as-of date (in the ticker's trading days) for a
-# comparison over the ticker's last year to mean anything.
-BENCHMARK_REACH_DAYS = 5
+# comparison over a year ending there to say something about the ticker now: a month. When it ends
+# earlier than the as-of date, the comparison is over the last year both series share, and every
+# report names that window.
+BENCHMARK_REACH_DAYS = 21
 BENCHMARK_NAME = "S&P 500"
 
 
 def benchmark_gap(asset: PriceHistory, benchmark: PriceHistory) -> str | None:
-    """Why comparing `asset` with `benchmark` over the asset's last year would mislead, or None when it
+    """Why comparing `asset` with `benchmark` over their last shared year would mislead, or None when it
     would not: the benchmark must reach within `BENCHMARK_REACH_DAYS` trading days of the as-of date."""
     reach_from = asset.dates[max(0, len(asset.dates) - 1 - BENCHMARK_REACH_DAYS)]
     if benchmark.as_of < reach_from:
         return (
-            f"the {BENCHMARK_NAME} series ends {benchmark.as_of}, before {asset.ticker}'s last year "
-            f"(to {asset.as_of})"
+            f"the {BENCHMARK_NAME} series ends {benchmark.as_of}, more than {BENCHMARK_REACH_DAYS} "
+            f"trading days before {asset.ticker}'s as-of date ({asset.as_of})"
         )
     return None
 
@@ -120,15 +123,22 @@ def benchmark_gap(asset: PriceHistory, benchmark: PriceHistory) -> str | None:
 def beta_and_relative_return(
     asset: PriceHistory, benchmark: PriceHistory, window: int = TRADING_DAYS
 ) -> dict[str, float | str] | None:
-    """Beta and return relative to `benchmark` over the asset's last `window` trading days, on the dates
-    both series share there. None when they share fewer than 21 days (see also `benchmark_gap`).
+    """Beta and return relative to `benchmark` over the asset's last `window` trading days up to where
+    the earlier of the two series ends, on the dates both share there. None when they share fewer
+    than 21 days (see also `benchmark_gap`).
 
     Beta = cov(a, b) / var(b) of daily log returns on common dates; relative return = asset return -
     benchmark return over the window."""
-    start = asset.dates[max(0, len(asset.dates) - 1 - window)]
+    end = min(asset.as_of, benchmark.as_of)
+    last = bisect.bisect_right(asset.dates, end) - 1
+    if last < 0:
+        return None
+    start = asset.dates[max(0, last - window)]
     bench = dict(zip(benchmark.dates, benchmark.closes, strict=True))
     common = [
-        (d, c, bench[d]) for d, c in zip(asset.dates, asset.closes, strict=True) if d >= start and d in bench
+        (d, c, bench[d])
+        for d, c in zip(asset.dates, asset.closes, strict=True)
+        if start <= d <= end and d in bench
     ]
     if len(common) < 21:
         return None

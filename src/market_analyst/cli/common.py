@@ -31,6 +31,16 @@ def emit_json(data: Any) -> None:
     print(_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
+def announcer() -> Any:
+    """Say which draft a decision is about to be made on (what `--draft` would pin), on stdout with
+    what the command then did, so that an error stays the one line on stderr."""
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    return say
+
+
 def progress_printer() -> Any:
     """A progress callback for a terminal (each finished node, what a long step waits for), and
     nothing otherwise."""

@@ -148,7 +148,8 @@ def forget(
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Erase one user everywhere: their threads, archived reports, profile and lease keys."""
+    """Erase one user everywhere: their threads, archived reports, profile, lease keys, and their
+    personal content in the audit log (the entries and their chain stay)."""
     from dataclasses import asdict
 
     from market_analyst.workflow.retention import forget_user
@@ -165,6 +166,7 @@ def forget(
         print(f"  reports (archive documents and index rows): {len(result.reports)}")
         print(f"  profile: {result.profile}")
         print(f"  lease keys: {result.lease_keys}")
+        print(f"  audit entries (personal content erased, chain kept): {result.audit_entries}")
     if result.busy:
         raise UserError(
             f"{len(result.busy)} thread(s) were busy and kept: {', '.join(result.busy)}; run forget again"

@@ -46,7 +46,8 @@ def _beta(benchmark: Any) -> str:
         return ""
     return (
         f"; beta {two_decimals(benchmark.get('beta'))} against the S&P 500, "
-        f"relative return {signed_pct(benchmark.get('relative_return'))}"
+        f"relative return {signed_pct(benchmark.get('relative_return'))} "
+        f"({benchmark.get('window_start')} to {benchmark.get('window_end')})"
     )
 
 
@@ -60,6 +61,13 @@ def render_view(view: Any) -> None:
         print(f"  Next node: {', '.join(view.next)}")
     if view.draft:
         render_draft(view)
+    request = view.request or {}
+    if request:
+        print(
+            f"  Draft: revision {request.get('revision')}, draft {request.get('draft_id')}, content hash "
+            f"{str(request.get('content_hash'))[:16]}; asked by {request.get('requested_by')}; "
+            f"{len(request.get('approvals') or [])} of {request.get('approvals_needed')} approvals"
+        )
     if view.approval:
         a = view.approval
         print(
@@ -69,6 +77,27 @@ def render_view(view: Any) -> None:
     if view.publication:
         print(f"  Archive key: {view.publication['key']}")
     render_next_steps(view)
+
+
+def render_approval(view: Any) -> None:
+    """What an approval did: published (with the key), or counted while the quorum is short. Never
+    "published" for a thread that was not."""
+    if view.status == "published" and view.publication:
+        print(f"Published thread {view.thread_id}: archive key {view.publication['key']}")
+        if not view.publication.get("created"):
+            print("  (the archive already held this operation's report; nothing was written twice)")
+        return
+    request = view.request or {}
+    if view.status == "awaiting_approval" and request.get("approvals"):
+        count, needed = len(request["approvals"]), request.get("approvals_needed")
+        print(
+            f"Approval recorded for thread {view.thread_id} (revision {request.get('revision')}, draft "
+            f"{request.get('draft_id')}): {count} of {needed} approvals; nothing is published until "
+            "another approver approves this draft."
+        )
+        return
+    print(f"Thread {view.thread_id} was not published; it is {view.status.replace('_', ' ')}.")
+    render_view(view)
 
 
 def show(view: Any, json_output: bool) -> None:

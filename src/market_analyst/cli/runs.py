@@ -5,8 +5,15 @@ from __future__ import annotations
 import typer
 
 from market_analyst.choices import CheckpointerKind, Durability, Horizon, MarketDataKind, RiskTolerance
-from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings, progress_printer
-from market_analyst.cli.render import render_revision, render_view, show, stops_as_json, thread_json
+from market_analyst.cli.common import JSON_OPTION, announcer, emit_json, load_settings, progress_printer
+from market_analyst.cli.render import (
+    render_approval,
+    render_revision,
+    render_view,
+    show,
+    stops_as_json,
+    thread_json,
+)
 
 DURABILITY_HELP = "When checkpoints are written: sync (default), async or exit. Env: MA_DURABILITY."
 CHECKPOINTER_HELP = "postgres (default) or redis. Env: MA_CHECKPOINTER."
@@ -40,10 +47,19 @@ def analyze(
     show(view, json_output)
 
 
+DRAFT_HELP = (
+    "Decide only if this is still the current draft (its ID, as status shows it); "
+    "without it, the current draft, which is named first."
+)
+
+
 def approve(
     thread_id: str = typer.Argument(..., help="The thread to approve."),
-    user: str = typer.Option(None, "--user", help="Who approves (recorded; MA_APPROVERS may restrict it)."),
+    user: str = typer.Option(
+        None, "--user", help="Who approves (recorded as unverified; MA_APPROVERS may restrict it)."
+    ),
     note: str = typer.Option("", "--note", help="A note recorded with the approval."),
+    draft: str = typer.Option(None, "--draft", help=DRAFT_HELP),
     allow_stale: bool = typer.Option(
         False,
         "--allow-stale",
@@ -59,14 +75,19 @@ def approve(
     settings = load_settings(durability=durability, checkpointer=checkpointer)
     with stops_as_json(json_output):
         view = approve_thread(
-            settings, thread_id, user=user, note=note, allow_stale=allow_stale, progress=progress_printer()
+            settings,
+            thread_id,
+            user=user,
+            note=note,
+            draft_id=draft,
+            allow_stale=allow_stale,
+            progress=progress_printer(),
+            announce=None if json_output else announcer(),
         )
     if json_output:
         emit_json(thread_json(view))
     else:
-        print(f"Published thread {view.thread_id}: archive key {(view.publication or {}).get('key')}")
-        if view.publication and not view.publication.get("created"):
-            print("  (the archive already held this operation's report; nothing was written twice)")
+        render_approval(view)
         if view.message:
             print(f"  Note: {view.message}")
 
@@ -74,7 +95,8 @@ def approve(
 def reject(
     thread_id: str = typer.Argument(..., help="The thread to reject."),
     reason: str = typer.Option(..., "--reason", help="Why the draft must not be published (required)."),
-    user: str = typer.Option(None, "--user", help="Who rejects (recorded)."),
+    user: str = typer.Option(None, "--user", help="Who rejects (recorded as unverified)."),
+    draft: str = typer.Option(None, "--draft", help=DRAFT_HELP),
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -82,7 +104,14 @@ def reject(
     from market_analyst.workflow import reject_thread
 
     with stops_as_json(json_output):
-        view = reject_thread(load_settings(checkpointer=checkpointer), thread_id, reason=reason, user=user)
+        view = reject_thread(
+            load_settings(checkpointer=checkpointer),
+            thread_id,
+            reason=reason,
+            user=user,
+            draft_id=draft,
+            announce=None if json_output else announcer(),
+        )
     if json_output:
         emit_json(thread_json(view))
     else:
@@ -99,6 +128,8 @@ def revise(
     horizon: Horizon | None = typer.Option(
         None, "--horizon", help="Analyse this thread for a short, medium or long horizon."
     ),
+    user: str = typer.Option(None, "--user", help="Who revises (recorded as unverified)."),
+    draft: str = typer.Option(None, "--draft", help=DRAFT_HELP),
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -113,7 +144,10 @@ def revise(
             question=question,
             risk_tolerance=risk_tolerance,
             horizon=horizon,
+            user=user,
+            draft_id=draft,
             progress=None if json_output else progress_printer(),
+            announce=None if json_output else announcer(),
         )
     if json_output:
         emit_json(thread_json(view))

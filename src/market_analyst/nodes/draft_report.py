@@ -71,4 +71,10 @@ def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
     draft = Draft.model_validate(content)
     # A new draft voids any earlier decision: an approval names the draft it approved.
     drafted_at = runtime.context.now().isoformat(timespec="seconds")
-    return {"draft": draft.model_dump(mode="json"), "drafted_at": drafted_at, "approval": None}
+    return {
+        "draft": draft.model_dump(mode="json"),
+        "drafted_at": drafted_at,
+        "approval": None,
+        "approvals": [],
+        "decision": None,
+    }

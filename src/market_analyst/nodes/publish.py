@@ -7,8 +7,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
+from market_analyst.decisions import content_hash
 from market_analyst.errors import UserError
-from market_analyst.ports import Deps, PublishRequest
+from market_analyst.ports import AuditEvent, Deps, PublishRequest
 from market_analyst.state import AnalystState, Approval, Draft
 
 
@@ -39,6 +40,10 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
             f"publish refused: the approval is for draft {approval.draft_id}, "
             f"the state holds draft {draft_id}"
         )
+    if approval.content_hash is not None and approval.content_hash != content_hash(draft.markdown):
+        raise PublishRefused(
+            f"publish refused: draft {draft_id} is not the text that was approved (its content hash differs)"
+        )
     thread_id = str(config["configurable"]["thread_id"])
     operation_id = operation_id_for(thread_id, draft_id)
     request = PublishRequest(
@@ -49,4 +54,20 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
         approval=approval.model_dump(mode="json"),
     )
     result = runtime.context.archive.publish_report(request)
+    runtime.context.audit.append(
+        AuditEvent(
+            event_id=f"published:{operation_id}",
+            action="published",
+            at=approval.at,
+            thread_id=thread_id,
+            draft_id=draft_id,
+            content_hash=content_hash(draft.markdown),
+            revision=draft.revision,
+            actor=", ".join(approval.approvers or [approval.by]),
+            verified=approval.verified,
+            door=approval.door,
+            requester=state.get("user_id"),
+            archive_key=result.key,
+        )
+    )
     return {"publication": {"key": result.key, "operation_id": operation_id, "created": result.created}}

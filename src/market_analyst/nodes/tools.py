@@ -2,7 +2,9 @@
 
 Each tool call the model makes is sent to this node as a task of its own (`Send`), so a call that
 finished is saved with the step even if the process dies before its sibling calls finish, and is not
-run again on `resume`. Every result goes back to the model, and becomes a fact it may cite.
+run again on `resume`. Every result goes back to the model (at most `MAX_RESULT_CHARS` of it), and
+becomes a fact it may cite; an error goes back too, and is never a fact. The node itself refuses to
+run a call once the run's turns are spent, whatever routed it here.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import date as calendar_date
 from typing import Any, Literal
 
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -23,6 +27,7 @@ from market_analyst.ports import Deps
 from market_analyst.state import ProfileUsed
 
 Window = Literal["1M", "3M", "6M", "1Y", "2Y", "3Y", "5Y"]
+MAX_RESULT_CHARS = 4_000
 
 
 def _history(runtime: ToolRuntime[Any, Any], ticker: str | None = None) -> Any:
@@ -53,7 +58,11 @@ def benchmark_comparison(runtime: ToolRuntime) -> str:
 @tool
 def price_on(date: str, runtime: ToolRuntime) -> str:
     """The closing price on a date (YYYY-MM-DD), or on the last trading day before it."""
-    return _result(windows.price_on(_history(runtime), date))
+    try:
+        day = calendar_date.fromisoformat(date).isoformat()
+    except ValueError:
+        raise ValueError("date must be a day written YYYY-MM-DD") from None
+    return _result(windows.price_on(_history(runtime), day))
 
 
 @tool
@@ -86,13 +95,24 @@ TOOL_NAMES = frozenset(t.name for t in TOOLS)
 def tool_node(default_deps: Deps | None = None) -> ToolNode:
     """The node that runs one tool call per task; a failing tool answers the model with its error.
     With `default_deps`, a call whose run brought no Deps (a LangGraph server's) uses those."""
-    if default_deps is None:
-        return ToolNode(TOOLS, handle_tool_errors=True)
 
-    def with_deps(request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
+    def guarded(request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
         runtime: ToolRuntime[Any, Any] = request.runtime
-        if not isinstance(runtime.context, Deps):
-            request = replace(request, runtime=replace(runtime, context=default_deps))
-        return execute(request)
+        if default_deps is not None and not isinstance(runtime.context, Deps):
+            runtime = replace(runtime, context=default_deps)
+            request = replace(request, runtime=runtime)
+        call_id = request.tool_call["id"]
+        state = runtime.state if isinstance(runtime.state, dict) else {}
+        steps = int(state.get("agent_steps") or 0)
+        max_steps = getattr(runtime.context, "max_steps", None)
+        if max_steps is not None and steps >= max_steps:
+            return ToolMessage(
+                f"Not run: the {max_steps} turns are spent.", tool_call_id=call_id, status="error"
+            )
+        result = execute(request)
+        if isinstance(result, ToolMessage) and isinstance(result.content, str):
+            if len(result.content) > MAX_RESULT_CHARS:
+                result.content = result.content[:MAX_RESULT_CHARS] + " [cut]"
+        return result
 
-    return ToolNode(TOOLS, handle_tool_errors=True, wrap_tool_call=with_deps)
+    return ToolNode(TOOLS, handle_tool_errors=True, wrap_tool_call=guarded)

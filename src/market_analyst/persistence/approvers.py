@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import secrets
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from market_analyst.decisions import ROLES
 from market_analyst.errors import UserError
 from market_analyst.files import private_dir, write_new_private
 from market_analyst.state import validate_user_id
@@ -56,6 +58,16 @@ def _verifies(token_hash: str, token: str) -> bool:
         return False
 
 
+# What `add` makes: 12 hex digits, a dot, 43 URL-safe characters. Anything else is refused before
+# any comparison (a byte that is not ASCII would otherwise reach `compare_digest`, which refuses it).
+TOKEN_FORM = re.compile(r"[0-9a-f]{12}\.[A-Za-z0-9_-]{43}")
+
+
+def well_formed(token: str) -> bool:
+    """Whether `token` has the form of a token `add` makes (nothing about whether it is valid)."""
+    return TOKEN_FORM.fullmatch(token) is not None
+
+
 @dataclass(frozen=True)
 class Approver:
     """An approver as listed: never the token or its hash."""
@@ -63,6 +75,12 @@ class Approver:
     name: str
     token_id: str
     created_at: str
+    role: str = "approver"
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise UserError(f"unknown role {role!r}: use {' or '.join(ROLES)}")
 
 
 def _temp_beside(path: Path) -> Path:
@@ -127,9 +145,11 @@ class ApproverStore:
 
     # -- managing approvers -----------------------------------------------------------------------
 
-    def add(self, name: str, created_at: str) -> str:
-        """Make an approver and return its token, the only time it is ever available."""
+    def add(self, name: str, created_at: str, role: str = "approver") -> str:
+        """Make an approver with `role` (approver or reviewer) and return its token, the only time it
+        is ever available."""
         validate_user_id(name)
+        _check_role(role)
         token_id = secrets.token_hex(6)
         token = f"{token_id}.{secrets.token_urlsafe(32)}"
         with self._locked():
@@ -144,6 +164,7 @@ class ApproverStore:
                 "token_id": token_id,
                 "token_hash": _hasher().hash(token),
                 "created_at": created_at,
+                "role": role,
             }
             self._save(entries)
         return token
@@ -157,12 +178,26 @@ class ApproverStore:
             self._save(entries)
         return True
 
+    def set_role(self, name: str, role: str) -> bool:
+        """Give approver `name` another role; False when there is no such approver."""
+        _check_role(role)
+        with self._locked():
+            entries = self._entries()
+            if name not in entries:
+                return False
+            entries[name]["role"] = role
+            self._save(entries)
+        return True
+
+    def role_of(self, name: str) -> str | None:
+        """The role of approver `name` (entries made before roles existed are approvers), or None
+        when no approver has that name."""
+        entry = self._entries().get(name)
+        return None if entry is None else str(entry.get("role", "approver"))
+
     def list(self) -> list[Approver]:
         """Every approver, by name."""
-        return [
-            Approver(e["name"], e["token_id"], e["created_at"])
-            for e in sorted(self._entries().values(), key=lambda e: e["name"])
-        ]
+        return [self._approver(e) for e in sorted(self._entries().values(), key=lambda e: e["name"])]
 
     # -- signing in -------------------------------------------------------------------------------
 
@@ -173,9 +208,33 @@ class ApproverStore:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
+    def recognised(self, token: str) -> Approver | None:
+        """The approver of a token this process has verified before, while the file is unchanged;
+        None otherwise. Costs no argon2 verification, so a limit on failures never holds it up."""
+        if not well_formed(token):
+            return None
+        digest = hashlib.sha256(token.encode()).digest()
+        signature = self._signature()
+        with self._lock:
+            known = self._verified.get(digest) if signature == self._verified_for else None
+        if known is None:
+            return None
+        entry = self._entries().get(known[0])
+        return self._approver(entry) if entry and entry["token_id"] == known[1] else None
+
+    def knows_token_id(self, token_id: str) -> bool:
+        """Whether some approver's token has this ID (the ID is not the secret)."""
+        return any(
+            secrets.compare_digest(e["token_id"].encode(), token_id.encode("utf-8", "replace"))
+            for e in self._entries().values()
+        )
+
     def authenticate(self, token: str) -> Approver | None:
         """The approver whose token this is, or None. Secrets are compared only by argon2's
-        constant-time verification; a token seen before is found by its digest."""
+        constant-time verification; a token seen before is found by its digest. A token not of the
+        form `add` makes is refused without any verification."""
+        if not well_formed(token):
+            return None
         digest = hashlib.sha256(token.encode()).digest()
         signature = self._signature()
         with self._lock:
@@ -198,13 +257,15 @@ class ApproverStore:
     def current(self, name: str, token_id: str) -> Approver | None:
         """The approver `name` if its token is still the one `token_id` names (a session's check)."""
         entry = self._entries().get(name)
-        if entry is None or not secrets.compare_digest(entry["token_id"], token_id):
+        if entry is None or not secrets.compare_digest(
+            entry["token_id"].encode(), token_id.encode("utf-8", "replace")
+        ):
             return None
         return self._approver(entry)
 
     @staticmethod
     def _approver(entry: dict[str, Any]) -> Approver:
-        return Approver(entry["name"], entry["token_id"], entry["created_at"])
+        return Approver(entry["name"], entry["token_id"], entry["created_at"], entry.get("role", "approver"))
 
     # -- the session secret -----------------------------------------------------------------------
 

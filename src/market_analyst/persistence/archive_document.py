@@ -38,9 +38,12 @@ def build_document(request: PublishRequest) -> dict[str, Any]:
         "user_id": request.user_id,
         "ticker": draft["ticker"],
         "created_at": approval["at"],
-        "approved_by": approval["by"],
+        # Everyone whose approval counted, in the order they approved (one name without a quorum).
+        "approved_by": ", ".join(approval.get("approvers") or [approval["by"]]),
         "approved_at": approval["at"],
         "approval_note": approval.get("note", ""),
+        "approval_verified": bool(approval.get("verified", False)),
+        "content_hash": approval.get("content_hash"),
         "data_source": draft["data_source"],
         "as_of": draft["as_of"],
         "analyst": draft["analyst"],

@@ -91,7 +91,27 @@ class _FencedWrites:
     def put(self, config: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fences is not None:
             self.fences.check(config)
-        return super().put(config, *args, **kwargs)  # type: ignore[misc]
+        saved = super().put(config, *args, **kwargs)  # type: ignore[misc]
+        self._keep_has_writes(saved)
+        return saved
+
+    def _keep_has_writes(self, saved: Any) -> None:
+        """Undo a known fault of `RedisSaver.put`: it stores the checkpoint document whole, with
+        `has_writes: false`, even when writes for it were stored first (as an `interrupt()` stores the
+        gate's request), and reads skip the writes of a checkpoint so marked: the gate's question and
+        a submitted decision would vanish from `get_state`. The shallow saver tracks no such flag."""
+        registry = getattr(self, "_key_registry", None)
+        if registry is None:
+            return
+        found = saved["configurable"]
+        thread_id, namespace, checkpoint_id = (
+            found["thread_id"],
+            found.get("checkpoint_ns", ""),
+            found["checkpoint_id"],
+        )
+        if registry.get_write_count(thread_id, namespace, checkpoint_id) > 0:
+            key = self._make_redis_checkpoint_key_cached(thread_id, namespace, checkpoint_id)  # type: ignore[attr-defined]
+            self._redis.json().merge(key, "$", {"has_writes": True})  # type: ignore[attr-defined]
 
     def put_writes(self, config: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fences is not None:

@@ -8,10 +8,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from market_analyst.decisions import (
+    ACTIONS,
+    Decision,
+    DecisionRefused,
+    DecisionRequest,
+    Door,
+    Identity,
+    refusal,
+)
+from market_analyst.deps import decision_policy
 from market_analyst.errors import RunStopped, ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.settings import Settings
-from market_analyst.workflow import approve_thread, reject_thread, revise_thread
 from market_analyst.workflow.approvers import ApproverStore, approver_store
+from market_analyst.workflow.audit import audit_entries
 from market_analyst.workflow.inbox import (
     PendingDraft,
     ThreadDetails,
@@ -21,6 +31,8 @@ from market_analyst.workflow.inbox import (
     report_by_key,
     thread_details,
 )
+from market_analyst.workflow.revise import revise_thread
+from market_analyst.workflow.runs import decide
 from market_analyst.workflow.stores import ReportListing, ReportSummary, find_reports
 from market_analyst.workflow.views import ThreadView
 
@@ -107,26 +119,122 @@ def approvers(settings: Settings) -> ApproverStore:
 # -- decisions --------------------------------------------------------------------------------------
 
 
-def approve(settings: Settings, thread_id: str, *, approver: str, note: str) -> ThreadView:
-    """Approve as the signed-in `approver` and publish; 403 when `MA_APPROVERS` leaves them out."""
-    if settings.approvers and approver not in settings.approvers:
-        raise Refusal(403, f"approver {approver!r} may not approve: MA_APPROVERS does not name them")
+def approve(
+    settings: Settings,
+    thread_id: str,
+    *,
+    approver: str,
+    note: str,
+    draft_id: str,
+    content_hash: str | None,
+    door: Door,
+) -> ThreadView:
+    """Approve exactly `draft_id` as the signed-in `approver` (a verified identity); it publishes once
+    the quorum is met. 403 when the rule does not entitle them, 409 when the draft is not current."""
     note = _text(note, "the note")
-    return _decide(settings, thread_id, lambda: approve_thread(settings, thread_id, user=approver, note=note))
-
-
-def reject(settings: Settings, thread_id: str, *, approver: str, reason: str) -> ThreadView:
-    """Reject as the signed-in `approver`, with a reason; nothing is published."""
-    reason = _text(reason, "the reason")
+    identity = Identity(approver, verified=True, door=door)
     return _decide(
-        settings, thread_id, lambda: reject_thread(settings, thread_id, reason=reason, user=approver)
+        settings,
+        thread_id,
+        lambda: decide(
+            settings,
+            thread_id,
+            action="approve",
+            identity=identity,
+            note=note,
+            draft_id=draft_id,
+            content_hash=content_hash,
+        )[1],
     )
 
 
-def revise(settings: Settings, thread_id: str, *, feedback: str) -> ThreadView:
-    """Send feedback and draft again; the new draft waits at the gate."""
+def reject(
+    settings: Settings,
+    thread_id: str,
+    *,
+    approver: str,
+    reason: str,
+    draft_id: str,
+    content_hash: str | None,
+    door: Door,
+) -> ThreadView:
+    """Reject exactly `draft_id` as the signed-in `approver`, with a reason; nothing is published."""
+    reason = _text(reason, "the reason")
+    if not reason.strip():
+        raise Refusal(422, "a rejection needs a reason")
+    identity = Identity(approver, verified=True, door=door)
+    return _decide(
+        settings,
+        thread_id,
+        lambda: decide(
+            settings,
+            thread_id,
+            action="reject",
+            identity=identity,
+            note=reason.strip(),
+            draft_id=draft_id,
+            content_hash=content_hash,
+        )[1],
+    )
+
+
+def revise(
+    settings: Settings,
+    thread_id: str,
+    *,
+    approver: str,
+    feedback: str,
+    draft_id: str,
+    content_hash: str | None,
+    door: Door,
+) -> ThreadView:
+    """Send feedback on exactly `draft_id` as the signed-in `approver` and draft again; the new draft
+    waits at the gate."""
     feedback = _text(feedback, "the feedback")
-    return _decide(settings, thread_id, lambda: revise_thread(settings, thread_id, feedback=feedback))
+    identity = Identity(approver, verified=True, door=door)
+    return _decide(
+        settings,
+        thread_id,
+        lambda: revise_thread(
+            settings,
+            thread_id,
+            feedback=feedback,
+            identity=identity,
+            draft_id=draft_id,
+            content_hash=content_hash,
+        ),
+    )
+
+
+def may_decide(settings: Settings, view: ThreadView, approver: str) -> dict[str, str | None]:
+    """For each action, None if `approver` may take it on the thread's current draft now, else why
+    not (the same rule the decision will meet)."""
+    request = view.request
+    if request is None:
+        return {action: "the thread is not waiting for a decision" for action in ACTIONS}
+    parsed = DecisionRequest.model_validate(request)
+    policy = decision_policy(settings)
+    result: dict[str, str | None] = {}
+    for action in ACTIONS:
+        probe = Decision.model_validate(
+            {
+                "action": action,
+                "draft_id": parsed.draft_id,
+                "content_hash": parsed.content_hash,
+                "by": approver,
+                "verified": True,
+                "door": "web",
+            }
+        )
+        found = refusal(policy, parsed, probe)
+        result[action] = str(found) if found else None
+    return result
+
+
+def audit_trail(settings: Settings, thread_id: str) -> list[dict[str, Any]]:
+    """The thread's audit entries, oldest first (an unreadable log is one line, not a page error)."""
+    entries: list[dict[str, Any]] = _read(lambda: audit_entries(settings, thread_id))
+    return entries
 
 
 def _decide(settings: Settings, thread_id: str, act: Callable[[], ThreadView]) -> ThreadView:
@@ -138,6 +246,8 @@ def _decide(settings: Settings, thread_id: str, act: Callable[[], ThreadView]) -
         raise Refusal(503, str(exc)) from None
     except RunStopped as exc:  # the run stopped on its way to the gate or to the archive
         raise Refusal(503 if isinstance(exc.cause, ServiceUnavailable) else 500, str(exc)) from None
+    except DecisionRefused as exc:
+        raise Refusal(exc.status, str(exc)) from None
     except UserError as exc:
         raise _refusal_after(settings, thread_id, exc) from None
 

@@ -15,7 +15,13 @@ from pydantic import BaseModel, Field
 
 from market_analyst.web import actions
 from market_analyst.web.context import web
-from market_analyst.web.security import TooManyFailures, bearer_token, client_address
+from market_analyst.web.security import (
+    TooManyFailures,
+    WrongToken,
+    bearer_token,
+    client_address,
+    refused_because,
+)
 
 
 class Problem(BaseModel):
@@ -39,17 +45,33 @@ class ThreadOut(BaseModel):
     archive_key: str | None = Field(None, description="The published report's key.")
     updated_at: str | None = Field(None, description="When the latest checkpoint was written (UTC).")
     draft_ids: list[str] = Field(default_factory=list, description="The thread's drafts, oldest first.")
+    request: dict[str, Any] | None = Field(
+        None, description="The gate's decision request while the thread awaits a decision."
+    )
+    approvals: list[dict[str, Any]] = Field(
+        default_factory=list, description="Approvals of this draft so far."
+    )
 
 
-class ApproveIn(BaseModel):
+class DecisionIn(BaseModel):
+    """Every decision names the draft it was made on: a draft that is no longer current is refused
+    (409) and nothing is recorded."""
+
+    draft_id: str = Field(min_length=1, max_length=64, description="The draft decided on (request.draft_id).")
+    content_hash: str | None = Field(
+        None, max_length=64, description="The SHA-256 of the draft's Markdown as read (request.content_hash)."
+    )
+
+
+class ApproveIn(DecisionIn):
     note: str = Field("", max_length=actions.MAX_TEXT, description="Recorded with the approval.")
 
 
-class RejectIn(BaseModel):
+class RejectIn(DecisionIn):
     reason: str = Field(max_length=actions.MAX_TEXT, description="Why the draft must not be published.")
 
 
-class ReviseIn(BaseModel):
+class ReviseIn(DecisionIn):
     feedback: str = Field(max_length=actions.MAX_TEXT, description="What the next draft should address.")
 
 
@@ -64,33 +86,39 @@ class HealthOut(BaseModel):
 
 
 def approver(request: Request) -> str:
-    """The approver whose bearer token this is; 401 without a valid one, 429 after too many failures."""
+    """The approver whose bearer token this is; 401 without a valid one (the token was checked),
+    429 when this token, or this address's unknown tokens, failed too often (it was not)."""
     context = web(request)
     token = bearer_token(request)
     challenge = {"WWW-Authenticate": "Bearer"}
     if token is None:
+        refused_because(request, "no bearer token")
         detail = (
             "send 'Authorization: Bearer <token>' (a token comes from: market-analyst approvers add NAME)"
         )
         raise HTTPException(401, detail, headers=challenge)
-    client = client_address(request)
     try:
-        context.limiter.check(client)
+        found = context.gate.authenticate(token, client_address(request))
     except TooManyFailures as exc:
+        refused_because(request, "sign-in limit")
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
-    found = context.store.authenticate(token)
-    if found is None:
-        context.limiter.failed(client)
-        raise HTTPException(401, "the token is not valid", headers=challenge)
+    except WrongToken as exc:
+        refused_because(request, exc.why)
+        raise HTTPException(401, "the token is not valid", headers=challenge) from None
     return found.name
 
 
 Approver = Annotated[str, Depends(approver)]
 REFUSALS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "No token, or not a valid one"},
-    403: {"model": Problem, "description": "MA_APPROVERS does not name the approver"},
+    413: {"model": Problem, "description": "The body is over 64 KiB"},
+    429: {"model": Problem, "description": "Too many failed sign-ins; the token was not checked"},
+    403: {"model": Problem, "description": "Not entitled: MA_APPROVERS, the role, or the requester's own"},
     404: {"model": Problem, "description": "No such thread or report"},
-    409: {"model": Problem, "description": "Already decided (with the archive key), or the thread is busy"},
+    409: {
+        "model": Problem,
+        "description": "Not the current draft, already decided (with the archive key), or the thread is busy",
+    },
     422: {"model": Problem, "description": "Bad input, in one message"},
     503: {"model": Problem, "description": "A store is unavailable; nothing was lost"},
 }
@@ -124,20 +152,48 @@ def get_thread(request: Request, thread_id: str, who: Approver) -> ThreadOut:
     "/api/threads/{thread_id}/approve", summary="Approve the draft as the token's approver, and publish"
 )
 def approve(request: Request, thread_id: str, body: ApproveIn, who: Approver) -> ThreadOut:
-    """403 when `MA_APPROVERS` does not name the approver."""
-    return _thread_out(actions.approve(web(request).settings, thread_id, approver=who, note=body.note))
+    """Counted once per approver; publishes when `MA_REQUIRED_APPROVALS` distinct approvers approved
+    this draft. 403 when the approver is not entitled, 409 when the draft is not current."""
+    view = actions.approve(
+        web(request).settings,
+        thread_id,
+        approver=who,
+        note=body.note,
+        draft_id=body.draft_id,
+        content_hash=body.content_hash,
+        door="api",
+    )
+    return _thread_out(view)
 
 
 @router.post(
     "/api/threads/{thread_id}/reject", summary="Reject the draft with a reason; nothing is published"
 )
 def reject(request: Request, thread_id: str, body: RejectIn, who: Approver) -> ThreadOut:
-    return _thread_out(actions.reject(web(request).settings, thread_id, approver=who, reason=body.reason))
+    view = actions.reject(
+        web(request).settings,
+        thread_id,
+        approver=who,
+        reason=body.reason,
+        draft_id=body.draft_id,
+        content_hash=body.content_hash,
+        door="api",
+    )
+    return _thread_out(view)
 
 
 @router.post("/api/threads/{thread_id}/revise", summary="Send feedback and draft again")
 def revise(request: Request, thread_id: str, body: ReviseIn, who: Approver) -> ThreadOut:
-    return _thread_out(actions.revise(web(request).settings, thread_id, feedback=body.feedback))
+    view = actions.revise(
+        web(request).settings,
+        thread_id,
+        approver=who,
+        feedback=body.feedback,
+        draft_id=body.draft_id,
+        content_hash=body.content_hash,
+        door="api",
+    )
+    return _thread_out(view)
 
 
 @router.get("/api/reports", summary="Published reports, oldest first, filtered by ticker, user and text")

@@ -13,7 +13,7 @@ from market_analyst.web import api, pages
 from market_analyst.web.actions import Refusal
 from market_analyst.web.context import WebContext
 from market_analyst.web.render import HERE
-from market_analyst.web.security import SecurityHeaders
+from market_analyst.web.security import Guard, allowed_hosts, refused_because
 
 HEADINGS = {
     401: "Sign in first",
@@ -48,6 +48,7 @@ def _refused(request: Request, exc: Exception) -> Response:
 
 
 def _sign_in_first(request: Request, exc: Exception) -> Response:
+    refused_because(request, "not signed in")
     if request.method == "GET":
         return RedirectResponse("/login", status_code=303)
     return _refused(request, Refusal(401, "sign in first: your session has ended or was never started"))
@@ -62,8 +63,9 @@ def _invalid(request: Request, exc: Exception) -> Response:
     return _refused(request, Refusal(422, message))
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The app over `settings` (read once, at start). It opens no store until a request needs one."""
+def create_app(settings: Settings, *, bind: str = "127.0.0.1") -> FastAPI:
+    """The app over `settings` (read once, at start), answering to the names of `bind` (the address
+    listened on), loopback and `MA_ALLOWED_HOSTS`. It opens no store until a request needs one."""
     app = FastAPI(
         title="Market Analyst approval inbox",
         version=__version__,
@@ -75,11 +77,18 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.state.web = WebContext.create(settings)
-    app.add_middleware(SecurityHeaders)
+    # "/inbox/" is a 404, not a redirect: Starlette would build its Location from the Host header.
+    app.router.redirect_slashes = False
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(api.router)
     app.include_router(pages.router)
     app.add_exception_handler(Refusal, _refused)
     app.add_exception_handler(pages.SignInRequired, _sign_in_first)
     app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_middleware(
+        Guard,
+        hosts=allowed_hosts(bind, settings.allowed_hosts),
+        trusted_proxies=settings.trusted_proxies,
+        debug=settings.debug,
+    )
     return app

@@ -1,15 +1,16 @@
-"""What every request handler shares: the settings read once at start, the approvers' store, the
-session signer and the sign-in limiter. None of them holds a store open."""
+"""What every request handler shares: the settings read once at start, the approvers' store and the
+sign-in gate (failure counts and sessions, in stores every server process shares). None of them
+holds a store open."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starlette.requests import Request
 
 from market_analyst.settings import Settings
 from market_analyst.web import actions
-from market_analyst.web.security import Sessions, SignInLimiter
+from market_analyst.web.security import Gate, Sessions
 
 
 @dataclass
@@ -18,13 +19,18 @@ class WebContext:
 
     settings: Settings
     store: actions.ApproverStore
+    gate: Gate
     sessions: Sessions
-    limiter: SignInLimiter = field(default_factory=SignInLimiter)
 
     @classmethod
     def create(cls, settings: Settings) -> WebContext:
-        store = actions.approvers(settings)
-        return cls(settings=settings, store=store, sessions=Sessions(store.session_secret()))
+        gate = Gate.open(settings)
+        return cls(
+            settings=settings,
+            store=gate.approvers,
+            gate=gate,
+            sessions=Sessions(gate.approvers.session_secret(), gate),
+        )
 
 
 def web(request: Request) -> WebContext:

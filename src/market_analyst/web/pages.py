@@ -28,14 +28,17 @@ from market_analyst.web.render import (
 from market_analyst.web.security import (
     Session,
     TooManyFailures,
+    WrongToken,
     client_address,
     csrf_matches,
+    refused_because,
     signed_in,
 )
 
 router = APIRouter(include_in_schema=False)
 
 NOTICES = {
+    "approved": "Your approval was recorded; the draft is published once enough approvers approve it.",
     "revised": "A new draft was made from your feedback; it waits for a decision again.",
     "rejected": "Rejected: nothing was published.",
 }
@@ -57,7 +60,7 @@ def page(
     request: Request, template: str, session: Session | None, status: int = 200, **context: Any
 ) -> Response:
     """A rendered template; `session` supplies the CSRF token its forms carry."""
-    name = signed_in(web(request).store, session)
+    name = signed_in(session)
     html = render(
         template, approver=name, csrf=session.csrf if session else "", max_text=actions.MAX_TEXT, **context
     )
@@ -67,8 +70,9 @@ def page(
 def visitor(request: Request) -> Visitor:
     """The signed-in approver, or `SignInRequired`."""
     session = web(request).sessions.read(request)
-    name = signed_in(web(request).store, session)
+    name = signed_in(session)
     if session is None or name is None:
+        refused_because(request, "not signed in")
         raise SignInRequired
     return Visitor(session, name)
 
@@ -77,6 +81,7 @@ def poster(request: Request, csrf_token: Annotated[str, Form()] = "") -> Visitor
     """The signed-in approver of a POST form whose CSRF token is the session's; else 401 or 403."""
     who = visitor(request)
     if not csrf_matches(who.session, csrf_token):
+        refused_because(request, "CSRF token missing or wrong")
         raise Refusal(403, "the form's CSRF token is missing or wrong; reload the page and try again")
     return who
 
@@ -97,7 +102,7 @@ def home() -> Response:
 def login_form(request: Request) -> Response:
     context = web(request)
     session = context.sessions.read(request)
-    if signed_in(context.store, session):
+    if signed_in(session):
         return RedirectResponse("/inbox", status_code=303)
     session = session or context.sessions.fresh()
     response = page(request, "login.html", session)
@@ -112,27 +117,30 @@ def login(
     context = web(request)
     session = context.sessions.read(request)
     if not csrf_matches(session, csrf_token):
+        refused_because(request, "CSRF token missing or wrong")
         raise Refusal(403, "the sign-in form's CSRF token is missing or wrong; reload the page and try again")
-    client = client_address(request)
     try:
-        context.limiter.check(client)
+        approver = context.gate.authenticate(token.strip(), client_address(request))
     except TooManyFailures as exc:
+        refused_because(request, "sign-in limit")
         response = page(request, "login.html", session, status=429, error=str(exc))
         response.headers["Retry-After"] = str(exc.retry_after)
         return response
-    approver = context.store.authenticate(token.strip()) if token.strip() else None
-    if approver is None:
-        context.limiter.failed(client)
+    except WrongToken as exc:
+        refused_because(request, exc.why)
         return page(request, "login.html", session, status=401, error="That token is not valid.")
     response = RedirectResponse("/inbox", status_code=303)
-    context.sessions.write(response, request, context.sessions.fresh(approver.name, approver.token_id))
+    context.sessions.write(response, request, context.sessions.start(approver, client_address(request)))
     return response
 
 
 @router.post("/logout")
 def logout(request: Request, who: Posted) -> Response:
+    """Sign out: the session ends in the store, so a copy of its cookie no longer works anywhere."""
+    context = web(request)
+    context.sessions.end(who.session)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie("ma_session", path="/")
+    context.sessions.clear(response, request)
     return response
 
 
@@ -168,6 +176,9 @@ def thread_page(request: Request, thread_id: str, who: Signed, done: str = "") -
         diff=diff,
         diff_from=diff_from,
         notice=NOTICES.get(done),
+        decision_request=found.view.request,
+        may=actions.may_decide(settings, found.view, who.name),
+        audit=actions.audit_trail(settings, thread_id),
     )
 
 
@@ -183,22 +194,80 @@ def thread_chart(request: Request, thread_id: str, who: Signed) -> Response:
     return _svg(request, actions.thread(web(request).settings, thread_id).draft)
 
 
+# Every decision form carries the draft the approver read (its ID and content hash): a decision on a
+# page left open while the thread was revised is refused (409), never applied to the newer draft.
+DraftField = Annotated[str, Form()]
+
+
 @router.post("/threads/{thread_id}/approve")
-def approve(request: Request, thread_id: str, who: Posted, note: Annotated[str, Form()] = "") -> Response:
-    view = actions.approve(web(request).settings, thread_id, approver=who.name, note=note)
+def approve(
+    request: Request,
+    thread_id: str,
+    who: Posted,
+    draft_id: DraftField = "",
+    content_hash: DraftField = "",
+    note: Annotated[str, Form()] = "",
+) -> Response:
+    view = actions.approve(
+        web(request).settings,
+        thread_id,
+        approver=who.name,
+        note=note,
+        draft_id=_draft_field(draft_id),
+        content_hash=content_hash or None,
+        door="web",
+    )
+    if view.status != "published":  # counted; the quorum is not met yet
+        return RedirectResponse(f"/threads/{thread_id}?done=approved", status_code=303)
     return RedirectResponse(f"/reports/{(view.publication or {}).get('key')}", status_code=303)
 
 
 @router.post("/threads/{thread_id}/reject")
-def reject(request: Request, thread_id: str, who: Posted, reason: Annotated[str, Form()] = "") -> Response:
-    actions.reject(web(request).settings, thread_id, approver=who.name, reason=reason)
+def reject(
+    request: Request,
+    thread_id: str,
+    who: Posted,
+    draft_id: DraftField = "",
+    content_hash: DraftField = "",
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    actions.reject(
+        web(request).settings,
+        thread_id,
+        approver=who.name,
+        reason=reason,
+        draft_id=_draft_field(draft_id),
+        content_hash=content_hash or None,
+        door="web",
+    )
     return RedirectResponse(f"/threads/{thread_id}?done=rejected", status_code=303)
 
 
 @router.post("/threads/{thread_id}/revise")
-def revise(request: Request, thread_id: str, who: Posted, feedback: Annotated[str, Form()] = "") -> Response:
-    actions.revise(web(request).settings, thread_id, feedback=feedback)
+def revise(
+    request: Request,
+    thread_id: str,
+    who: Posted,
+    draft_id: DraftField = "",
+    content_hash: DraftField = "",
+    feedback: Annotated[str, Form()] = "",
+) -> Response:
+    actions.revise(
+        web(request).settings,
+        thread_id,
+        approver=who.name,
+        feedback=feedback,
+        draft_id=_draft_field(draft_id),
+        content_hash=content_hash or None,
+        door="web",
+    )
     return RedirectResponse(f"/threads/{thread_id}?done=revised", status_code=303)
+
+
+def _draft_field(draft_id: str) -> str:
+    # Empty: the decision names no draft, which `decide` refuses once it knows the thread still
+    # waits (a thread already decided says so first, with its archive key).
+    return draft_id
 
 
 # -- the archive ---------------------------------------------------------------------------------------

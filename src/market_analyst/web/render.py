@@ -1,5 +1,7 @@
 """HTML: the Jinja2 templates (autoescaped: tickers, questions, feedback, notes and model text are
-data), the filters they use, and the standalone page `reports show KEY --html` writes."""
+data; every value shown has its control and invisible characters, such as a right-to-left override
+or a zero-width space, turned into visible escapes), the filters they use, and the standalone page
+`reports show KEY --html` writes."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
-from market_analyst.formatting import pct, signed_pct
+from market_analyst.formatting import pct, printable, signed_pct
 from market_analyst.settings import Settings
 from market_analyst.web.chart import chart_data_uri, chart_title
 from market_analyst.web.markdown import markdown_html
@@ -57,14 +60,26 @@ def feedback_history(drafts: list[dict[str, Any]]) -> list[tuple[int | None, str
     return history
 
 
+def visible(value: Any) -> Any:
+    """What a template shows for `value`: text with its control and invisible characters escaped
+    (markup made here stays markup: the escapes are plain ASCII and cannot open a tag)."""
+    if isinstance(value, Markup):
+        return Markup(printable(str(value)))
+    if isinstance(value, str):
+        return printable(value)
+    return value
+
+
 @functools.cache
 def environment() -> Environment:
-    """The templates, with autoescaping on for every one of them."""
+    """The templates, with autoescaping on for every one of them, and every value shown made
+    visible first."""
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=visible,
     )
     env.filters.update(pct=pct, signed_pct=signed_pct, markdown=markdown_html)
     return env

@@ -43,16 +43,22 @@ def warm_up(settings: Settings) -> dict[str, str]:
 
 
 def serve(settings: Settings, host: str, port: int) -> None:
-    """Run the server until interrupted."""
+    """Run the server until interrupted: one line of log per request (the app writes it, with the
+    reason for a refusal), and connections whose request does not arrive in time dropped."""
     import uvicorn
 
     from market_analyst.web.app import create_app
+    from market_analyst.web.timeouts import bounded_protocol
 
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, bind=host),
         host=host,
         port=port,
         log_level="info",
+        access_log=False,
         server_header=False,
-        proxy_headers=False,  # the sign-in limit counts the real peer, not a header it sent
+        proxy_headers=False,  # the app believes forwarding headers from trusted proxies only
+        http=bounded_protocol(settings.request_timeout),
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=16 * 1024,  # the request line and headers together
     )

@@ -13,7 +13,7 @@ from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.runs import advance
 from market_analyst.workflow.session import Progress, Run, open_run
-from market_analyst.workflow.threads import record, stamp
+from market_analyst.workflow.threads import stamp
 from market_analyst.workflow.upgrade import upgrade_updates
 from market_analyst.workflow.views import (
     ThreadView,
@@ -31,8 +31,14 @@ _RUNS_AFTER = {
     "analyze": "fetch_market_data",
     "tools": "analyze",
     "draft_report": "analyze",
+    # At the gate, or past it: the fork starts at the gate with the same draft and asks again (the
+    # static gate of earlier versions stopped before `publish`).
+    "human_review": "draft_report",
+    "record_decision": "draft_report",
     "publish": "draft_report",
 }
+# What a fork leaves behind: decisions and publications were made on the original thread.
+_NOT_FORKED = ("approval", "approvals", "decision", "publication")
 NO_HISTORY = (
     "this backend keeps no history: MA_REDIS_SHALLOW=true keeps only each thread's latest checkpoint, "
     "so there is nothing to list or fork from (use PostgreSQL, or Redis without MA_REDIS_SHALLOW)"
@@ -137,7 +143,7 @@ def fork_thread(
             raise UserError(
                 f"checkpoint {checkpoint_id} has nothing left to run; fork from one with a next node ({see})"
             )
-        values = {k: v for k, v in snapshot.values.items() if k not in ("approval", "publication")}
+        values = {k: v for k, v in snapshot.values.items() if k not in _NOT_FORKED}
         values.update(upgrade_updates(run, thread_id, checkpoint_id))  # the new thread is this version's
         now = stamp(settings.now())
         values["started_at"] = now
@@ -148,9 +154,7 @@ def fork_thread(
         # Written as if the node before the checkpoint's next one had just finished: the new thread
         # carries on from where the original stood then.
         run.graph.update_state(config_for(new_thread_id), values, as_node=_RUNS_AFTER[snapshot.next[0]])
-        if snapshot.next[0] == "publish":  # forked at the gate: it waits there for its own decision
-            view = record(run, new_thread_id) or require_view(run.graph, new_thread_id)
-        else:
-            view = advance(run, None, new_thread_id, progress, ticker=ticker or "TICKER")
+        # Forked at the gate, the run goes straight into it and waits for a decision of its own.
+        view = advance(run, None, new_thread_id, progress, ticker=ticker or "TICKER")
     view.extra = {"forked_from": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}
     return view

@@ -35,6 +35,8 @@ class PendingDraft:
     confidence: float
     revision: int
     drafted_at: str | None  # when the checkpoint holding this draft was written (UTC, ISO 8601)
+    approvals: int = 0  # distinct approvals of this draft so far
+    approvals_needed: int = 1
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def pending_drafts(settings: Settings, limit: int = INBOX_LIMIT) -> list[Pending
             confidence=view.draft["confidence"],
             revision=view.draft["revision"],
             drafted_at=view.drafted_at or view.updated_at,
+            approvals=len((view.request or {}).get("approvals") or []),
+            approvals_needed=int((view.request or {}).get("approvals_needed") or settings.required_approvals),
         )
         for view in views
         if view is not None and view.status == "awaiting_approval" and view.draft

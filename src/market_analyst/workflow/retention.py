@@ -6,8 +6,9 @@ both can simply be run again after a kill: every step is idempotent."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from market_analyst.deps import open_archive, open_profiles
+from market_analyst.deps import open_archive, open_audit, open_profiles
 from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
@@ -100,6 +101,7 @@ class ForgetResult:
     reports: list[str] = field(default_factory=list)
     profile: int = 0
     lease_keys: int = 0
+    audit_entries: int = 0  # audit entries whose personal content was erased (the chain is kept)
     busy: list[str] = field(default_factory=list)
     dry_run: bool = False
 
@@ -128,11 +130,20 @@ def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> Forg
     profiles = open_profiles(settings)
     if dry_run:
         result.profile = int(_has_profile(profiles, user))
+        result.audit_entries = sum(
+            1 for entry in open_audit(settings).entries() if user in _people(entry) and not entry["erased"]
+        )
         return result
     for key in result.reports:
         archive.remove(key)
     result.profile = int(profiles.delete(user))  # readable or not, it goes
+    result.audit_entries = open_audit(settings).erase_user(user, settings.now().isoformat(timespec="seconds"))
     return result
+
+
+def _people(entry: dict[str, Any]) -> set[str]:
+    """Who an audit entry names: the one it was for and everyone who decided."""
+    return {str(entry.get("requester") or ""), *str(entry.get("actor") or "").split(", ")}
 
 
 def _has_profile(profiles: ProfileReader, user: str) -> bool:

@@ -7,24 +7,32 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from langchain_core.messages import RemoveMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
-
 from market_analyst.choices import Horizon, RiskTolerance
-from market_analyst.deps import build_deps, check_analyst
+from market_analyst.decisions import Identity
+from market_analyst.deps import check_analyst
 from market_analyst.errors import UserError
+from market_analyst.rendering import render_markdown
 from market_analyst.settings import Settings
-from market_analyst.state import validate_thread_id
-from market_analyst.workflow.runs import Progress, advance, open_run
-from market_analyst.workflow.upgrade import upgrade_updates
-from market_analyst.workflow.views import ThreadView, config_for, decidable_view, read_state
+from market_analyst.state import MAX_QUESTION_CHARS, validate_thread_id
+from market_analyst.workflow.runs import Announce, Progress, decide
+from market_analyst.workflow.stores import chosen_user
+from market_analyst.workflow.views import ThreadView
 
 MAX_FEEDBACK_CHARS = 2000
 
 
+def _analysis_lines(draft: dict[str, Any]) -> list[str]:
+    """The draft's text without what changes on every revision whatever the analyst did: the
+    reviewer feedback section, and the line naming the draft and its revision."""
+    return render_markdown(
+        {**draft, "feedback": [], "feedback_notes": [], "draft_id": "", "revision": 0}
+    ).splitlines()
+
+
 def draft_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """What changed from one draft to the next: the judgement, the risks, and the text line by line."""
-    old_lines, new_lines = before["markdown"].splitlines(), after["markdown"].splitlines()
+    """What changed in the analysis from one draft to the next: the judgement, the risks, and the text
+    line by line (not the feedback section, which a revise always changes)."""
+    old_lines, new_lines = _analysis_lines(before), _analysis_lines(after)
     diff = list(difflib.ndiff(old_lines, new_lines))
     old_risks, new_risks = before["risk_factors"], after["risk_factors"]
     return {
@@ -37,24 +45,6 @@ def draft_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
     }
 
 
-def _updates(
-    values: dict[str, Any], feedback: str | None, question: str | None, options: dict[str, str]
-) -> dict:
-    updates: dict[str, Any] = {
-        # A new analysis: the last one's judgement and the model's conversation are set aside.
-        "analysis": None,
-        "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
-        "agent_steps": 0,
-    }
-    if feedback:
-        updates["feedback"] = [*list(values.get("feedback") or []), feedback]
-    if question:
-        updates["question"] = question
-    if options:
-        updates["overrides"] = {**dict(values.get("overrides") or {}), **options}
-    return updates
-
-
 def revise_thread(
     settings: Settings,
     thread_id: str,
@@ -63,9 +53,15 @@ def revise_thread(
     question: str | None = None,
     risk_tolerance: RiskTolerance | None = None,
     horizon: Horizon | None = None,
+    user: str | None = None,
+    identity: Identity | None = None,
+    draft_id: str | None = None,
+    content_hash: str | None = None,
     progress: Progress | None = None,
+    announce: Announce | None = None,
 ) -> ThreadView:
-    """Record the feedback and options and analyse again from `analyze`; the new draft waits at the gate."""
+    """Send the feedback and options through the gate (a revise decision, in the name of `identity`,
+    or of `user` unverified) and analyse again from `analyze`; the new draft waits at the gate."""
     validate_thread_id(thread_id)
     feedback = (feedback or "").strip() or None
     question = (question or "").strip() or None
@@ -77,14 +73,21 @@ def revise_thread(
         )
     if feedback and len(feedback) > MAX_FEEDBACK_CHARS:
         raise UserError(f"--feedback is {len(feedback)} characters; at most {MAX_FEEDBACK_CHARS}")
+    if question and len(question) > MAX_QUESTION_CHARS:
+        raise UserError(f"--question is {len(question)} characters; at most {MAX_QUESTION_CHARS}")
     check_analyst(settings)
-    with open_run(settings, thread_id, build_deps(settings, progress)) as run:
-        before = decidable_view(run.graph, thread_id, "revise")
-        values = read_state(run.graph, config_for(thread_id)).values
-        # Written as if fetch_market_data had just finished, so the analyst runs again, then the draft.
-        updates = {**upgrade_updates(run, thread_id), **_updates(values, feedback, question, options)}
-        run.graph.update_state(config_for(thread_id), updates, as_node="fetch_market_data")
-        after = advance(run, None, thread_id, progress)
+    before, after = decide(
+        settings,
+        thread_id,
+        action="revise",
+        identity=identity or Identity(chosen_user(settings, user), verified=False, door="cli"),
+        note=feedback or "",
+        draft_id=draft_id,
+        content_hash=content_hash,
+        options=options | ({"question": question} if question else {}),
+        progress=progress,
+        announce=announce,
+    )
     assert before.draft is not None and after.draft is not None
     after.extra = {
         "revision": after.draft["revision"],

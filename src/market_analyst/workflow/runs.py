@@ -7,15 +7,22 @@ the saved state first, and returns a `ThreadView` for the CLI to render.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
+from langgraph.types import Command
+
+from market_analyst.choices import Durability
+from market_analyst.decisions import Action, DecisionRefused, DecisionRequest, Identity, validated
 from market_analyst.deps import build_deps, check_analyst
 from market_analyst.errors import RunStopped, StaleDraft, UserError
 from market_analyst.formatting import describe_age
-from market_analyst.ports import ThreadRow
+from market_analyst.graph import LEGACY_GATE
+from market_analyst.ports import Deps, ThreadRow
 from market_analyst.settings import Settings
-from market_analyst.state import SCHEMA_VERSION, Approval, validate_thread_id
+from market_analyst.state import MAX_QUESTION_CHARS, SCHEMA_VERSION, validate_thread_id
 from market_analyst.workflow.session import Progress, Run, open_run
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
@@ -24,12 +31,18 @@ from market_analyst.workflow.views import ThreadView, config_for, decidable_view
 
 
 def advance(
-    run: Run, inputs: Any, thread_id: str, progress: Progress | None, *, ticker: str = "TICKER"
+    run: Run,
+    inputs: Any,
+    thread_id: str,
+    progress: Progress | None,
+    *,
+    ticker: str = "TICKER",
+    durability: Durability | None = None,
 ) -> ThreadView:
     """`run.advance`, then the thread's view; a failure once the thread may exist says where it stands
     and what continues it (a store that went away is left to `open_run`, which says so)."""
     try:
-        run.advance(inputs, thread_id, progress)
+        run.advance(inputs, thread_id, progress, durability=durability)
         view = record(run, thread_id)
     except run.backend.outage_errors:
         raise
@@ -73,6 +86,8 @@ def start_analysis(
     symbol = normalize_ticker(ticker)
     user_id = chosen_user(settings, user)
     thread_id = validate_thread_id(thread_id) if thread_id else str(uuid.uuid4())
+    if question and len(question) > MAX_QUESTION_CHARS:
+        raise UserError(f"--question is {len(question)} characters; at most {MAX_QUESTION_CHARS}")
     check_analyst(settings)
     deps = build_deps(settings, progress)
     deps.market_data.load(symbol)  # unknown ticker: refuse before a thread exists
@@ -97,18 +112,90 @@ def start_analysis(
         return advance(run, inputs, thread_id, progress, ticker=symbol)
 
 
-def _decision(
-    settings: Settings, decision: Literal["approved", "rejected"], by: str, note: str, view: ThreadView
-) -> dict[str, Any]:
-    """A decision on the view's draft, recorded with who made it and when (UTC)."""
-    assert view.draft is not None
-    return Approval(
-        decision=decision,
-        by=by,
-        at=settings.now().isoformat(timespec="seconds"),
-        note=note,
-        draft_id=view.draft["draft_id"],
-    ).model_dump(mode="json")
+Announce = Callable[[str], None]
+
+
+def decide(
+    settings: Settings,
+    thread_id: str,
+    *,
+    action: Action,
+    identity: Identity,
+    note: str = "",
+    draft_id: str | None = None,
+    content_hash: str | None = None,
+    options: dict[str, str] | None = None,
+    allow_stale: bool = False,
+    progress: Progress | None = None,
+    announce: Announce | None = None,
+    deps: Deps | None = None,
+) -> tuple[ThreadView, ThreadView]:
+    """Make one decision on the thread's current draft through the gate, under the thread's lease,
+    and return the thread before and after it.
+
+    The decision names the draft it was made on (`draft_id`, and `content_hash` where the door knows
+    what the decider read; without them it is made on the current draft, which `announce` hears of
+    first). The rule (`decisions.refusal`) is checked before the gate is resumed, so a refused
+    decision records nothing; the gate checks it again as it resumes. An approval that was recorded
+    before a crash is finished without being asked for again."""
+    validate_thread_id(thread_id)
+    deps = dataclasses.replace(deps or build_deps(settings, progress), identity=identity)
+    with open_run(settings, thread_id, deps) as run:
+        before = decidable_view(run.graph, thread_id, action, approved_ok=action == "approve")
+        if before.status == "approved_pending_publish":
+            return before, advance(run, None, thread_id, progress, durability="sync")
+        # A thread of an earlier schema is brought to this one (workflow/upgrade.py) as it enters the
+        # gate; one paused by the static gate of an earlier version enters it now.
+        updates = upgrade_updates(run, thread_id)
+        if before.next == [LEGACY_GATE] or updates:
+            before = _into_the_gate(run, thread_id, progress, updates)
+        if draft_id == "":
+            raise DecisionRefused(
+                422, "the decision does not name the draft it was made on; reload the draft and decide again"
+            )
+        request = DecisionRequest.model_validate(before.request)
+        if announce is not None and draft_id is None:
+            announce(
+                f"Deciding ({action}) on revision {request.revision} of thread {thread_id}, "
+                f"draft {request.draft_id}"
+            )
+        decision = validated(
+            {
+                "action": action,
+                "draft_id": draft_id or request.draft_id,
+                "content_hash": content_hash or (None if draft_id else request.content_hash),
+                "by": identity.name,
+                "note": note,
+                "options": options or {},
+            },
+            deps.policy,
+            request,
+            identity,
+            lambda: settings.now().isoformat(timespec="seconds"),
+        )
+        if action == "approve" and not allow_stale:
+            _refuse_stale(settings, before)
+        # A decision is saved at once whatever MA_DURABILITY says: once a command has said a decision
+        # was made, no crash may ask for it again (a revise's new analysis runs in this mode too).
+        after = advance(
+            run, Command(resume=decision.model_dump(mode="json")), thread_id, progress, durability="sync"
+        )
+    return before, after
+
+
+def _into_the_gate(
+    run: Run, thread_id: str, progress: Progress | None, updates: dict[str, Any] | None = None
+) -> ThreadView:
+    """Move a thread paused by an earlier version's static gate (stopped before `publish`, with no
+    request) into the gate: as if its draft had just been made, so `human_review` asks about it."""
+    run.graph.update_state(config_for(thread_id), updates or None, as_node="draft_report")
+    view = advance(run, None, thread_id, progress)
+    if view.status != "awaiting_approval" or view.request is None:
+        raise UserError(
+            f"thread {thread_id} was paused by an earlier version and did not reach the approval gate "
+            f"of this one (it is {view.status.replace('_', ' ')}); see 'market-analyst status {thread_id}'"
+        )
+    return view
 
 
 def approve_thread(
@@ -117,36 +204,34 @@ def approve_thread(
     *,
     user: str | None = None,
     note: str = "",
+    draft_id: str | None = None,
     allow_stale: bool = False,
     progress: Progress | None = None,
+    announce: Announce | None = None,
 ) -> ThreadView:
-    """Record an approval of the current draft and resume into `publish`. A draft older than
+    """Approve the current draft (or exactly `draft_id`) in the name of `user`, unverified (a name
+    given at the command line), and publish once the quorum is met. A draft older than
     `MA_MAX_DRAFT_AGE` is refused unless `allow_stale`: its data may no longer hold."""
-    validate_thread_id(thread_id)
-    approver = chosen_user(settings, user)
-    if settings.approvers and approver not in settings.approvers:
-        raise UserError(
-            f"user {approver!r} may not approve: MA_APPROVERS allows {', '.join(sorted(settings.approvers))}"
-        )
-    with open_run(settings, thread_id, progress=progress) as run:
-        view = decidable_view(run.graph, thread_id, "approve", approved_ok=True)
-        if view.status == "awaiting_approval":
-            if not allow_stale:
-                _refuse_stale(settings, view)
-            approval = _decision(settings, "approved", approver, note, view)
-            updates = {**upgrade_updates(run, thread_id), "approval": approval}
-            # Recorded as draft_report's, the node before the gate, named rather than inferred: in a
-            # thread forked at the gate (by this version or an earlier one) no node has run yet, and
-            # LangGraph would infer the input node and run the whole graph again instead of publishing.
-            run.graph.update_state(config_for(thread_id), updates, as_node="draft_report")
-        # else: an approval was recorded before a crash; finish what it started, without asking again.
-        view = advance(run, None, thread_id, progress)
-        return _published(view)
+    identity = Identity(chosen_user(settings, user), verified=False, door="cli")
+    _, after = decide(
+        settings,
+        thread_id,
+        action="approve",
+        identity=identity,
+        note=note,
+        draft_id=draft_id,
+        allow_stale=allow_stale,
+        progress=progress,
+        announce=announce,
+    )
+    return _published(after)
 
 
 def _published(view: ThreadView) -> ThreadView:
     """The view of a thread an approval has just run, refused unless it really was published: a
     command never reports a publication that did not happen."""
+    if view.status == "awaiting_approval" and (view.request or {}).get("approvals"):
+        return view  # counted towards the quorum: nothing is published yet, and the CLI says so
     if view.status != "published" or not (view.publication or {}).get("key"):
         where = f" (next: {', '.join(view.next)})" if view.next else ""
         raise RunStopped(
@@ -183,19 +268,30 @@ def _refuse_stale(settings: Settings, view: ThreadView) -> None:
         )
 
 
-def reject_thread(settings: Settings, thread_id: str, *, reason: str, user: str | None = None) -> ThreadView:
+def reject_thread(
+    settings: Settings,
+    thread_id: str,
+    *,
+    reason: str,
+    user: str | None = None,
+    draft_id: str | None = None,
+    announce: Announce | None = None,
+) -> ThreadView:
     """Record a rejection with its reason and end the run; nothing is published."""
     validate_thread_id(thread_id)
     if not reason.strip():
         raise UserError("reject needs a reason: --reason 'why this draft should not be published'")
-    rejecter = chosen_user(settings, user)
-    with open_run(settings, thread_id) as run:
-        view = decidable_view(run.graph, thread_id, "reject")
-        rejection = _decision(settings, "rejected", rejecter, reason.strip(), view)
-        updates = {**upgrade_updates(run, thread_id), "approval": rejection}
-        # Named as in approve_thread: in a thread forked at the gate, inference would pick the input node.
-        run.graph.update_state(config_for(thread_id), updates, as_node="draft_report")
-        return advance(run, None, thread_id, None)
+    identity = Identity(chosen_user(settings, user), verified=False, door="cli")
+    _, after = decide(
+        settings,
+        thread_id,
+        action="reject",
+        identity=identity,
+        note=reason.strip(),
+        draft_id=draft_id,
+        announce=announce,
+    )
+    return after
 
 
 def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | None = None) -> ThreadView:

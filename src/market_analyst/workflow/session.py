@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from market_analyst.choices import Durability
 from market_analyst.deps import build_deps, open_checkpointer
 from market_analyst.errors import ServiceUnavailable
 from market_analyst.graph import build_graph
@@ -27,14 +28,17 @@ class Run:
     settings: Settings
     backend: CheckpointBackend
 
-    def advance(self, inputs: Any, thread_id: str, progress: Progress | None) -> None:
-        """Run the thread from its last checkpoint (or from `inputs`) to the gate or the end."""
+    def advance(
+        self, inputs: Any, thread_id: str, progress: Progress | None, *, durability: Durability | None = None
+    ) -> None:
+        """Run the thread from its last checkpoint (or from `inputs`) to the gate or the end, with the
+        settings' durability unless `durability` is given."""
         stream = self.graph.stream(
             inputs,
             config_for(thread_id),
             context=self.deps,
             stream_mode="updates",
-            durability=self.settings.durability,
+            durability=durability or self.settings.durability,
         )
         for update in stream:
             if progress is not None:

@@ -49,7 +49,9 @@ STATE_KEYS: dict[int, frozenset[str]] = {
         }
     ),  # fmt: skip
 }
-STATE_KEYS[2] = STATE_KEYS[1] | {"schema_version"}
+# Schema 2: the thread records its schema, and the interrupt gate keeps the draft's approvals so far
+# and the decision it accepted until record_decision applies it.
+STATE_KEYS[2] = STATE_KEYS[1] | {"schema_version", "approvals", "decision"}
 
 # The released versions whose threads carry each schema, for messages an operator reads.
 WRITTEN_BY: dict[int, str] = {
@@ -72,7 +74,9 @@ class Migration:
 
 
 def _schema_1_to_2(values: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2 only adds `schema_version`; every other key means what it meant."""
+    """Schema 2 adds keys and removes none: `schema_version`; `approvals` and `decision`, which a
+    thread of schema 1 has none of (its gate was static, and a recorded decision is in `approval`,
+    read as before). Every other key means what it meant."""
     return {"schema_version": 2}
 
 

@@ -33,6 +33,8 @@ class ThreadView:
     drafted_at: str | None = None  # when the draft was made (UTC ISO)
     started_at: str | None = None  # when the thread started
     updated_at: str | None = None  # when its latest checkpoint was written
+    request: dict[str, Any] | None = None  # the gate's decision request (decisions.DecisionRequest)
+    approvals: list[dict[str, Any]] = field(default_factory=list)  # approvals of the draft so far
     message: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -49,11 +51,27 @@ def config_for(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
 
-def _status(snapshot: Any, values: dict[str, Any]) -> tuple[ThreadStatus, list[str]]:
+def _status(
+    snapshot: Any, values: dict[str, Any], submitted: dict[str, Any] | None
+) -> tuple[ThreadStatus, list[str]]:
+    """Where the thread stands. `submitted` is a decision sent to the gate whose run did not finish
+    (the process died after LangGraph saved it): `resume` applies it, so it is never asked for again."""
     next_nodes = list(snapshot.next)
     approval = values.get("approval")
+    if next_nodes == ["human_review"]:
+        if submitted is not None:
+            approving = submitted.get("action") == "approve"
+            return ("approved_pending_publish" if approving else "in_progress"), next_nodes
+        if snapshot.interrupts:
+            return "awaiting_approval", next_nodes
+        return "in_progress", next_nodes
+    if next_nodes == ["record_decision"]:
+        approving = (values.get("decision") or {}).get("action") == "approve"
+        return ("approved_pending_publish" if approving else "in_progress"), next_nodes
     if next_nodes == ["publish"]:
         approved = approval is not None and approval.get("decision") == "approved"
+        # Without an approval this is a thread paused by the static gate of an earlier version, which
+        # stopped before `publish` itself: a decision moves it into the gate first (runs.decide).
         return ("approved_pending_publish" if approved else "awaiting_approval"), next_nodes
     if not next_nodes and snapshot.tasks:
         # The tasks of the latest checkpoint finished and their writes were saved, but the process
@@ -131,13 +149,39 @@ def _unrevived(value: Any) -> list[str]:
     return []
 
 
+def submitted_decision(graph: Any, snapshot: Any) -> dict[str, Any] | None:
+    """The decision a `Command(resume=...)` saved at the gate's checkpoint and no run has applied yet
+    (its command was killed on the way), or None."""
+    if list(snapshot.next) != ["human_review"] or graph.checkpointer is None:
+        return None
+    saved = graph.checkpointer.get_tuple(snapshot.config)
+    writes = list(saved.pending_writes or []) if saved else []
+    if any(channel == "__error__" for _task, channel, _value in writes):
+        return None  # the gate refused it (an invalid resume value): the question is still open
+    for _task, channel, value in writes:
+        if channel == "__resume__" and isinstance(value, dict):
+            return value
+    return None
+
+
 def view_of(graph: Any, thread_id: str) -> ThreadView | None:
     """The thread's view, or None when no checkpoint names it."""
     snapshot = read_state(graph, config_for(thread_id))
     if snapshot.metadata is None and not snapshot.values:
         return None
     values = snapshot.values or {}
-    status, next_nodes = _status(snapshot, values)
+    submitted = submitted_decision(graph, snapshot)
+    status, next_nodes = _status(snapshot, values, submitted)
+    request = None
+    if status == "awaiting_approval" and snapshot.interrupts:
+        request = snapshot.interrupts[0].value
+    elif status == "awaiting_approval" and values.get("draft"):
+        # Paused by an earlier version's static gate, which asked nothing: what this version's gate
+        # will ask once the first decision moves the thread into it (`runs.decide`).
+        from market_analyst.decisions import DecisionPolicy
+        from market_analyst.nodes.human_review import decision_request
+
+        request = decision_request(values, thread_id, DecisionPolicy()).model_dump(mode="json")  # type: ignore[arg-type]
     return ThreadView(
         thread_id=thread_id,
         status=status,
@@ -151,6 +195,8 @@ def view_of(graph: Any, thread_id: str) -> ThreadView | None:
         drafted_at=values.get("drafted_at"),
         started_at=values.get("started_at"),
         updated_at=snapshot.created_at,
+        request=request,
+        approvals=list(values.get("approvals") or []),
     )
 
 
