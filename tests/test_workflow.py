@@ -4,6 +4,7 @@ compiled every time."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,27 @@ from market_analyst.settings import Settings
 from market_analyst.workflow import approve_thread, reject_thread, start_analysis, thread_status
 from tests.support.backends import BACKENDS, checkpointer_env
 from tests.support.cli import unique_id
+from tests.support.services import RedisServer
+
+
+@pytest.fixture(scope="module")
+def workflow_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis of this module's own: some tests here drive the graph directly, which writes threads
+    the thread index does not list, and listings on a shared server refuse such threads."""
+    server = RedisServer(tmp_path_factory.mktemp("workflow-redis")).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(params=BACKENDS)
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    environ = {"MA_DATA_DIR": str(tmp_path / "data")} | checkpointer_env(request, request.param)
+    environ = {"MA_DATA_DIR": str(tmp_path / "data")}
+    if request.param == "redis":
+        environ |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": request.getfixturevalue("workflow_redis")}
+    else:
+        environ |= checkpointer_env(request, request.param)
     return Settings.load(environ=environ, dotenv=None)
 
 

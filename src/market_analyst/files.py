@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 from market_analyst.errors import UserError
@@ -21,6 +22,15 @@ def _blocking_file(path: Path) -> Path | None:
     return None
 
 
+def refuse_under_file(path: Path, what: str) -> None:
+    """`UserError` when `path` is, or lies under, something that is not a directory: a store there
+    cannot exist, which is an error to report, not an empty store to describe."""
+    blocker = _blocking_file(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"lies under a file ({blocker})"
+        raise UserError(f"{what} {path} {where}, not a directory: point it at a directory")
+
+
 def private_dir(path: Path, what: str) -> Path:
     """Make sure `path` is a directory, creating it and any missing parents owner-only (0700).
 
@@ -28,10 +38,7 @@ def private_dir(path: Path, what: str) -> Path:
     store in the error (e.g. "MA_DATA_DIR", "the archive")."""
     if path.is_dir():
         return path
-    blocker = _blocking_file(path)
-    if blocker is not None:
-        where = "is a file" if blocker == path else f"lies under a file ({blocker})"
-        raise UserError(f"{what} {path} {where}, not a directory: point it at a directory")
+    refuse_under_file(path, what)
     missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
     for directory in missing:
         try:
@@ -55,12 +62,20 @@ def private_file(path: Path) -> None:
 
 
 def private_tree(root: Path) -> None:
-    """Make everything below `root` owner-only: what a library created with its own modes."""
-    for path in root.rglob("*"):
-        if path.is_symlink():
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(path, DIR_MODE if path.is_dir() else FILE_MODE)
+    """Make everything below `root` owner-only: what a library created with its own modes.
+
+    A file or folder removed while the walk passes (a library's temporary file, renamed into place)
+    is skipped rather than ending the command: `os.walk` ignores a folder it can no longer list."""
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            path = os.path.join(folder, name)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    continue
+                mode = DIR_MODE if stat.S_ISDIR(info.st_mode) else FILE_MODE
+                if stat.S_IMODE(info.st_mode) != mode:
+                    os.chmod(path, mode)
 
 
 def write_new_private(path: Path, data: bytes) -> None:

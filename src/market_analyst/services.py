@@ -9,8 +9,10 @@ to them. The server binaries must already be readable by others; if they are not
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 import stat
 import warnings
 from pathlib import Path
@@ -45,7 +47,8 @@ def _open_to_others(path: Path) -> Path | None:
 
 
 def _root_location(pgdata: Path) -> Path:
-    """Where the server's files live when running as root, linked from `pgdata`."""
+    """Where the server's files live when running as root, linked from `pgdata`. A folder of server
+    files at `pgdata` itself (made before the files moved) is moved there first, never left behind."""
     if pgdata.is_symlink():
         return pgdata.resolve()
     digest = hashlib.sha256(str(pgdata.absolute()).encode()).hexdigest()[:16]
@@ -63,21 +66,71 @@ def _root_location(pgdata: Path) -> Path:
             f"as root, the embedded PostgreSQL keeps its files under {ROOT_SERVER_HOME}, but {closed} is not "
             "open to others; run as a regular user or set POSTGRES_URL"
         )
+    if pgdata.is_dir():
+        _move_server_files(pgdata, target)
     try:
         target.mkdir()
     except FileExistsError:
         pass  # made by an earlier command, or by one starting at the same moment
-    else:
-        (target.parent / f"{digest}.owner").write_text(f"{pgdata.absolute()}\n")
+    owner = target.parent / f"{digest}.owner"
+    if not owner.exists():  # which data directory the folder serves, for an operator reading /var/lib
+        owner.write_text(f"{pgdata.absolute()}\n")
     try:
         pgdata.symlink_to(target, target_is_directory=True)
     except FileExistsError:
         if not (pgdata.is_symlink() and pgdata.resolve() == target.resolve()):
             raise UserError(
-                f"{pgdata} is a folder, but as root the embedded PostgreSQL keeps its files in {target}: "
-                f"move {pgdata} away (or set POSTGRES_URL)"
+                f"{pgdata} exists and is not the link to {target} this version expects; move it away "
+                "(or set POSTGRES_URL)"
             ) from None
     return target
+
+
+def _empty(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
+def _move_server_files(pgdata: Path, target: Path) -> None:
+    """Move the server files an earlier version kept in `pgdata` itself to `target`, where this one
+    keeps them as root. A rename where it can (the same file system); otherwise a copy that keeps
+    owners and modes, renamed into place once whole, with the original kept beside `pgdata` as
+    `postgres.before-move` for the user to delete. An empty `pgdata` is simply replaced."""
+    if _empty(pgdata):
+        pgdata.rmdir()
+        return
+    if not (pgdata / "PG_VERSION").is_file():
+        raise UserError(
+            f"{pgdata} is a folder that holds no PostgreSQL server files, but as root the embedded "
+            f"PostgreSQL keeps its files in {target}: move {pgdata} away (or set POSTGRES_URL)"
+        )
+    if (pgdata / "postmaster.pid").exists():
+        raise UserError(
+            f"the embedded PostgreSQL still runs in {pgdata}, which must move to {target}: stop it with "
+            "the version that started it ('market-analyst db stop'), then run this command again"
+        )
+    if _empty(target):
+        target.rmdir()  # left by an earlier version's refused attempt; it would nest the move inside it
+    elif target.exists():
+        raise UserError(
+            f"both {pgdata} and {target} hold PostgreSQL files; keep one: move the other away, then run "
+            "this command again (or set POSTGRES_URL)"
+        )
+    try:
+        os.rename(pgdata, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise UserError(f"cannot move {pgdata} to {target}: {exc.strerror}") from None
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)  # an earlier copy that was interrupted
+    shutil.copytree(pgdata, partial, symlinks=True, copy_function=shutil.copy2)
+    for source_dir, dirs, files in os.walk(pgdata):
+        for name in ("", *dirs, *files):
+            source = Path(source_dir) / name
+            info = source.lstat()
+            os.chown(partial / source.relative_to(pgdata), info.st_uid, info.st_gid, follow_symlinks=False)
+    os.rename(partial, target)
+    os.rename(pgdata, pgdata.with_name(pgdata.name + ".before-move"))
 
 
 def _check_binaries_reachable(pgserver: Any) -> None:

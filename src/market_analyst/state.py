@@ -31,6 +31,11 @@ DEFAULT_USER = "local"
 SECTOR_PATTERN = re.compile(r"^[^\W_][\w &./+-]{0,39}$")
 MAX_SECTORS = 20
 MAX_NOTES_CHARS = 500
+# The shape of the graph state, written into every thread when it starts (`schema_version`). A thread
+# without it was started by 0.1.0 or earlier (schema 1). Raise it whenever a state key is added,
+# removed, renamed or changes meaning, and register how to read the previous schema in
+# `workflow/upgrade.py`: threads wait at the gate for days, across upgrades.
+SCHEMA_VERSION = 2
 # A question is a sentence or a paragraph: a longer one is refused before a run starts.
 MAX_QUESTION_CHARS = 2000
 
@@ -193,6 +198,7 @@ class AnalystState(TypedDict, total=False):
     draft: dict[str, Any]  # Draft
     drafted_at: str  # when the draft was made (UTC); kept out of the draft, which has no time stamp
     started_at: str  # when the thread started (UTC)
+    schema_version: int  # SCHEMA_VERSION of the code that started the thread; absent: 1 (0.1.0 or earlier)
     approval: dict[str, Any] | None  # Approval
     approvals: list[dict[str, Any]]  # the current draft's approvals so far (by, at, verified, door, note)
     decision: dict[str, Any] | None  # the decisions.Decision the gate accepted, until record_decision

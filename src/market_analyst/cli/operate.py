@@ -31,6 +31,9 @@ def threads(
     user: str = typer.Option(None, "--user", help="Only threads this user started."),
     ticker: str = typer.Option(None, "--ticker", help="Only threads on this ticker."),
     limit: int = typer.Option(50, "--limit", min=1, help="Show at most this many (newest first)."),
+    reindex: bool = typer.Option(
+        False, "--reindex", help="Rebuild the thread index from the checkpointer first (every thread)."
+    ),
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -42,7 +45,7 @@ def threads(
     chosen: ThreadStatus | None = "awaiting_approval" if pending else status
     statuses: tuple[ThreadStatus, ...] = (chosen,) if chosen else ()
     settings = load_settings(checkpointer=checkpointer)
-    page = list_threads(settings, statuses=statuses, user=user, ticker=ticker, limit=limit)
+    page = list_threads(settings, statuses=statuses, user=user, ticker=ticker, limit=limit, reindex=reindex)
     now = settings.now()
     if json_output:
         emit_json(page.to_json(now))

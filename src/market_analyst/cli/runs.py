@@ -88,6 +88,8 @@ def approve(
         emit_json(thread_json(view))
     else:
         render_approval(view)
+        if view.message:
+            print(f"  Note: {view.message}")
 
 
 def reject(

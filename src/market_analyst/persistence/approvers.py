@@ -88,10 +88,17 @@ def _temp_beside(path: Path) -> Path:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    """Replace `path` atomically with `data`, readable and writable by the owner only."""
+    """Replace `path` atomically with `data`, readable and writable by the owner only. A write that
+    fails (a full disk, a read-only file system) leaves the old file as it was, and no temporary
+    file behind."""
     tmp = _temp_beside(path)
-    write_new_private(tmp, data)
-    os.replace(tmp, path)
+    try:
+        write_new_private(tmp, data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}; nothing was changed") from None
 
 
 class ApproverStore:
@@ -113,7 +120,10 @@ class ApproverStore:
     def _locked(self) -> Iterator[None]:
         """Serialise changes between processes (two `approvers add` at once keep both)."""
         self._ensure_root()
-        fd = os.open(self.root / ".approvers.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.root / ".approvers.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:  # no room for the lock file, or a folder this user cannot write
+            raise UserError(f"cannot create {self.root / '.approvers.lock'}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -267,7 +277,12 @@ class ApproverStore:
             return path.read_text().strip()
         self._ensure_root()
         tmp = _temp_beside(path)
-        write_new_private(tmp, (secrets.token_hex(32) + "\n").encode())
+        try:
+            write_new_private(tmp, (secrets.token_hex(32) + "\n").encode())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
         try:
             os.link(tmp, path)  # fails if another process made it first: then theirs is the secret
         except FileExistsError:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.files import fsync_dir, private_dir, write_new_private
+from market_analyst.files import fsync_dir, private_dir, refuse_under_file, write_new_private
 from market_analyst.persistence.archive_document import build_document, parse_document, render_document
 from market_analyst.persistence.archive_index import ArchiveIndex, Listing
 from market_analyst.ports import PublishRequest, PublishResult
@@ -68,6 +68,7 @@ class ReportArchive:
             raise ArchiveError(
                 f"MA_ARCHIVE_DIR {self.root} is a file, not a directory: point it at a directory"
             )
+        refuse_under_file(self.root, "the archive directory")  # it could never hold a report
 
     def _ensure_root(self) -> None:
         self._check_root()

@@ -52,6 +52,12 @@ def setup_lock_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
+def session_lock_path(path: Path) -> Path:
+    """The lock file every opening of the Edge store at `path` holds, from before the shard opens
+    until its files are made owner-only after it closed: one process in the folder at a time."""
+    return path.with_name(f".{path.name}.session.lock")
+
+
 def has_store(path: Path) -> bool:
     """Whether there is anything to read at `path`: a store, or a migration to finish."""
     return path.exists() or _sibling(path, ".edge-ready").exists()

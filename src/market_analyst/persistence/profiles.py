@@ -26,8 +26,14 @@ from typing import Any
 
 from market_analyst.choices import ProfileStoreKind
 from market_analyst.errors import ServiceUnavailable, UserError
-from market_analyst.files import private_dir, private_tree
-from market_analyst.persistence.edge_setup import Migration, ensure_edge_store, has_store, setup_lock_path
+from market_analyst.files import private_dir, private_tree, refuse_under_file
+from market_analyst.persistence.edge_setup import (
+    Migration,
+    ensure_edge_store,
+    has_store,
+    session_lock_path,
+    setup_lock_path,
+)
 from market_analyst.persistence.profile_fields import checked_changes, point_id_for
 from market_analyst.persistence.profile_session import ProfileSession
 from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, lock_file, wait_while_busy
@@ -112,16 +118,23 @@ class ProfileStore:
     def _edge_session(self, path: Path) -> Iterator[ProfileSession]:
         from market_analyst.persistence.edge_profiles import EdgeSession, load_shard
 
-        def attempt() -> Any:
-            ensure_edge_store(path)
-            return load_shard(path)
+        def attempt() -> tuple[ExitStack, Any]:
+            with ExitStack() as held:
+                # Held from before the shard opens until its files are owner-only after it closed.
+                # Edge's own lock (its log) is released while the shard still finishes closing, and
+                # the next process writing (through temporary files it renames) while this one walks
+                # the folder was seen to read undecodable values and to trip the walk.
+                held.enter_context(lock_file(session_lock_path(path)))
+                ensure_edge_store(path)
+                return held.pop_all(), load_shard(path)
 
-        shard = self._wait(attempt)
-        try:
-            yield EdgeSession(shard, now=self._now)
-        finally:
-            shard.close()
-            private_tree(path)  # Edge creates its files with the umask's modes
+        held, shard = self._wait(attempt)
+        with held:
+            try:
+                yield EdgeSession(shard, now=self._now)
+            finally:
+                shard.close()
+                private_tree(path)  # Edge creates its files with the umask's modes
 
     @contextmanager
     def _local_mode_session(self, path: Path) -> Iterator[ProfileSession]:
@@ -159,8 +172,12 @@ class ProfileStore:
         return self._edge_session(self.path)
 
     def _absent(self) -> bool:
-        # Nothing was ever saved: no need to create the folder or import a client.
-        return self.path is not None and not has_store(self.path)
+        # Nothing was ever saved: no need to create the folder or import a client. A folder that
+        # could never be made (under a file) is not an empty store, though: say so.
+        if self.path is None or has_store(self.path):
+            return False
+        refuse_under_file(self.path, "the profile store")
+        return True
 
     def get(self, user_id: str) -> Profile | None:
         """The profile stored for exactly `user_id`, or None."""

@@ -14,6 +14,7 @@ from market_analyst.state import validate_thread_id
 from market_analyst.workflow.runs import advance
 from market_analyst.workflow.session import Progress, Run, open_run
 from market_analyst.workflow.threads import stamp
+from market_analyst.workflow.upgrade import upgrade_updates
 from market_analyst.workflow.views import (
     ThreadView,
     config_for,
@@ -143,6 +144,7 @@ def fork_thread(
                 f"checkpoint {checkpoint_id} has nothing left to run; fork from one with a next node ({see})"
             )
         values = {k: v for k, v in snapshot.values.items() if k not in _NOT_FORKED}
+        values.update(upgrade_updates(run, thread_id, checkpoint_id))  # the new thread is this version's
         now = stamp(settings.now())
         values["started_at"] = now
         ticker, user_id = str(values.get("ticker", "")), str(values.get("user_id", ""))

@@ -78,7 +78,7 @@ def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = F
     except OverflowError:
         raise UserError(f"--finished-before {finished_before} reaches back before the year 1") from None
     with open_run(settings) as run:
-        backfill(run)
+        backfill(run, verify=True)  # a thread the index lacks would be missed: refuse
         rows = _all_rows(run, ThreadQuery(statuses=FINISHED, finished_before=cutoff, limit=_PAGE))
         if dry_run:
             return PruneResult([r for r in rows if _finished(run, r)], dry_run=True)
@@ -111,7 +111,7 @@ def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> Forg
     rows), their profile, and the threads' lease keys. Another user's data is not touched."""
     result = ForgetResult(validate_user_id(user), dry_run=dry_run)
     with open_run(settings) as run:
-        backfill(run)
+        backfill(run, verify=True)  # a thread the index lacks would be missed: refuse
         rows = _all_rows(run, ThreadQuery(user_id=user, limit=_PAGE))
         for row in rows:
             if dry_run:

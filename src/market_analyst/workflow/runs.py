@@ -22,10 +22,11 @@ from market_analyst.formatting import describe_age
 from market_analyst.graph import LEGACY_GATE
 from market_analyst.ports import Deps, ThreadRow
 from market_analyst.settings import Settings
-from market_analyst.state import MAX_QUESTION_CHARS, validate_thread_id
+from market_analyst.state import MAX_QUESTION_CHARS, SCHEMA_VERSION, validate_thread_id
 from market_analyst.workflow.session import Progress, Run, open_run
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
+from market_analyst.workflow.upgrade import raw_values, refuse_newer, upgrade_updates
 from market_analyst.workflow.views import ThreadView, config_for, decidable_view, require_view, view_of
 
 
@@ -103,6 +104,7 @@ def start_analysis(
             "user_id": user_id,
             "feedback": [],
             "started_at": now,
+            "schema_version": SCHEMA_VERSION,
         }
         # Listed from the start: a run killed before its first checkpoint leaves a row the next
         # listing finds without a thread, and drops.
@@ -142,8 +144,11 @@ def decide(
         before = decidable_view(run.graph, thread_id, action, approved_ok=action == "approve")
         if before.status == "approved_pending_publish":
             return before, advance(run, None, thread_id, progress, durability="sync")
-        if before.next == [LEGACY_GATE]:
-            before = _into_the_gate(run, thread_id, progress)
+        # A thread of an earlier schema is brought to this one (workflow/upgrade.py) as it enters the
+        # gate; one paused by the static gate of an earlier version enters it now.
+        updates = upgrade_updates(run, thread_id)
+        if before.next == [LEGACY_GATE] or updates:
+            before = _into_the_gate(run, thread_id, progress, updates)
         if draft_id == "":
             raise DecisionRefused(
                 422, "the decision does not name the draft it was made on; reload the draft and decide again"
@@ -178,10 +183,12 @@ def decide(
     return before, after
 
 
-def _into_the_gate(run: Run, thread_id: str, progress: Progress | None) -> ThreadView:
+def _into_the_gate(
+    run: Run, thread_id: str, progress: Progress | None, updates: dict[str, Any] | None = None
+) -> ThreadView:
     """Move a thread paused by an earlier version's static gate (stopped before `publish`, with no
     request) into the gate: as if its draft had just been made, so `human_review` asks about it."""
-    run.graph.update_state(config_for(thread_id), None, as_node="draft_report")
+    run.graph.update_state(config_for(thread_id), updates or None, as_node="draft_report")
     view = advance(run, None, thread_id, progress)
     if view.status != "awaiting_approval" or view.request is None:
         raise UserError(
@@ -217,10 +224,40 @@ def approve_thread(
         progress=progress,
         announce=announce,
     )
-    return after
+    return _published(after)
+
+
+def _published(view: ThreadView) -> ThreadView:
+    """The view of a thread an approval has just run, refused unless it really was published: a
+    command never reports a publication that did not happen."""
+    if view.status == "awaiting_approval" and (view.request or {}).get("approvals"):
+        return view  # counted towards the quorum: nothing is published yet, and the CLI says so
+    if view.status != "published" or not (view.publication or {}).get("key"):
+        where = f" (next: {', '.join(view.next)})" if view.next else ""
+        raise RunStopped(
+            view.thread_id,
+            view.status,
+            RuntimeError("the approval ran but no report was published"),
+            f"see 'market-analyst history {view.thread_id}'{where}",
+        )
+    draft = view.draft or {}
+    if draft.get("chart") is None:  # the thread's data was fetched by a version before charts
+        without = "a price chart" + ("" if draft.get("facts") else " and the analyst's facts")
+        view.message = (
+            f"this draft was made from data fetched before drafts carried a price chart; it was published "
+            f"without {without} (a new run, 'market-analyst analyze {draft.get('ticker') or 'TICKER'}', "
+            "has them)"
+        )
+    return view
 
 
 def _refuse_stale(settings: Settings, view: ThreadView) -> None:
+    if not view.drafted_at:  # made before drafts were dated: its age cannot be shown to be in bounds
+        raise StaleDraft(
+            f"the draft of thread {view.thread_id} was made by an earlier version that did not record when, "
+            f"so its age cannot be checked against MA_MAX_DRAFT_AGE: 'market-analyst revise {view.thread_id} "
+            "--feedback ...' analyses it again; or approve it as it is with --allow-stale"
+        )
     age = draft_age_seconds(view.drafted_at, settings.now())
     if age is not None and age > settings.max_draft_age.total_seconds():
         raise StaleDraft(
@@ -262,6 +299,7 @@ def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | No
     validate_thread_id(thread_id)
     with open_run(settings, thread_id, progress=progress) as run:
         view = require_view(run.graph, thread_id)
+        refuse_newer(thread_id, raw_values(run, thread_id))
         if view.status in ("in_progress", "approved_pending_publish"):
             view = advance(run, None, thread_id, progress)
             view.message = "resumed"

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from market_analyst.errors import UserError
 from market_analyst.ports import ThreadQuery, ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import validate_user_id
@@ -50,12 +51,19 @@ def record(run: Any, thread_id: str) -> ThreadView | None:
     return view
 
 
-def backfill(run: Any) -> None:
-    """Give every thread the saver holds a row, once (threads made before the index existed)."""
+def backfill(run: Any, *, verify: bool = False, everything: bool = False) -> None:
+    """Give every thread the saver holds a row, once (threads made before the index existed).
+
+    Once the index is complete every command keeps it so; only a writer that does not know the index
+    (a version from before it, run on the same data) makes threads it lacks, which listings, `prune`
+    and `forget` would then silently miss. `verify` looks for such threads and refuses with the way
+    on; `everything` rebuilds every row from the saver (that way on: `threads --reindex`)."""
     index = run.backend.index
-    if index.complete():
+    if index.complete() and not everything:
+        if verify:
+            _refuse_unindexed(run)
         return
-    known = index.ids()
+    known = set() if everything else index.ids()
     for thread_id in run.backend.thread_ids():
         try:
             view = view_of(run.graph, thread_id) if thread_id not in known else None
@@ -65,6 +73,27 @@ def backfill(run: Any) -> None:
             updated = _stamp_of(view.updated_at) or stamp(run.settings.now())
             index.record(row_for(view, updated))
     index.mark_complete()
+
+
+def _refuse_unindexed(run: Any) -> None:
+    missing = sorted(t for t in set(run.backend.thread_ids()) - run.backend.index.ids() if _readable(run, t))
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise UserError(
+            f"the checkpointer holds {len(missing)} thread(s) the thread index does not list ({shown}): a "
+            "version of market-analyst from before the index (or another program) wrote them after this "
+            "one indexed the store, so listings, prune and forget would miss them; run one version on "
+            "this data, then 'market-analyst threads --reindex' indexes every thread again"
+        )
+
+
+def _readable(run: Any, thread_id: str) -> bool:
+    """Whether a listing could describe the thread (one strict deserialisation refuses is never
+    indexed: `status` names it instead)."""
+    try:
+        return view_of(run.graph, thread_id) is not None
+    except UnreadableThread:
+        return False
 
 
 def stamp(moment: datetime) -> str:
@@ -120,9 +149,12 @@ def _checked(run: Any, rows: list[ThreadRow], query: ThreadQuery) -> list[Checke
     return checked
 
 
-def checked_threads(run: Any, query: ThreadQuery) -> tuple[list[Checked], int]:
-    """In an open run: the threads matching `query` as `_checked` pairs them, and how many more match."""
-    backfill(run)
+def checked_threads(
+    run: Any, query: ThreadQuery, *, verify: bool = False, reindex: bool = False
+) -> tuple[list[Checked], int]:
+    """In an open run: the threads matching `query` as `_checked` pairs them, and how many more match
+    (`verify` and `reindex` as `backfill` takes them)."""
+    backfill(run, verify=verify, everything=reindex)
     rows, total = run.backend.index.query(query)
     return _checked(run, rows, query), max(0, total - len(rows))
 
@@ -134,8 +166,10 @@ def list_threads(
     user: str | None = None,
     ticker: str | None = None,
     limit: int = DEFAULT_LIMIT,
+    reindex: bool = False,
 ) -> ThreadPage:
-    """Threads matching every filter, newest update first, at most `limit`, and how many more match."""
+    """Threads matching every filter, newest update first, at most `limit`, and how many more match;
+    refused while the saver holds threads the index lacks, unless `reindex` rebuilds it first."""
     from market_analyst.market_data import normalize_ticker
 
     query = ThreadQuery(
@@ -145,5 +179,5 @@ def list_threads(
         limit=max(1, min(limit, MAX_LIMIT)),
     )
     with open_run(settings) as run:
-        shown, more = checked_threads(run, query)
+        shown, more = checked_threads(run, query, verify=True, reindex=reindex)
     return ThreadPage([row for row, _ in shown], more)
