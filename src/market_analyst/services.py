@@ -66,7 +66,7 @@ def _root_location(pgdata: Path) -> Path:
             f"as root, the embedded PostgreSQL keeps its files under {ROOT_SERVER_HOME}, but {closed} is not "
             "open to others; run as a regular user or set POSTGRES_URL"
         )
-    if pgdata.is_dir():
+    if pgdata.is_dir() and not pgdata.is_symlink():  # a link is this version's layout, maybe mid-initdb
         _move_server_files(pgdata, target)
     try:
         target.mkdir()
