@@ -80,6 +80,9 @@ def visitor(request: Request) -> Visitor:
 def poster(request: Request, csrf_token: Annotated[str, Form()] = "") -> Visitor:
     """The signed-in approver of a POST form whose CSRF token is the session's; else 401 or 403."""
     who = visitor(request)
+    if not csrf_token.isascii():  # no token this server issues looks like that: a malformed credential
+        refused_because(request, "CSRF token not ASCII")
+        raise Refusal(401, "the form's CSRF token is not one this server issued; sign in again")
     if not csrf_matches(who.session, csrf_token):
         refused_because(request, "CSRF token missing or wrong")
         raise Refusal(403, "the form's CSRF token is missing or wrong; reload the page and try again")
@@ -116,6 +119,9 @@ def login(
 ) -> Response:
     context = web(request)
     session = context.sessions.read(request)
+    if not csrf_token.isascii():  # no token this server issues looks like that: a malformed credential
+        refused_because(request, "CSRF token not ASCII")
+        raise Refusal(401, "the sign-in form's CSRF token is not one this server issued; reload the page")
     if not csrf_matches(session, csrf_token):
         refused_because(request, "CSRF token missing or wrong")
         raise Refusal(403, "the sign-in form's CSRF token is missing or wrong; reload the page and try again")
