@@ -10,6 +10,7 @@ from typing import Any
 
 from market_analyst.decisions import (
     ACTIONS,
+    Action,
     Decision,
     DecisionRefused,
     DecisionRequest,
@@ -119,6 +120,34 @@ def approvers(settings: Settings) -> ApproverStore:
 # -- decisions --------------------------------------------------------------------------------------
 
 
+def _verified(
+    settings: Settings,
+    thread_id: str,
+    action: Action,
+    *,
+    approver: str,
+    text: str,
+    draft_id: str,
+    content_hash: str | None,
+    door: Door,
+) -> ThreadView:
+    """One decision on exactly `draft_id` by the signed-in `approver`, a verified identity."""
+    identity = Identity(approver, verified=True, door=door)
+    return _decide(
+        settings,
+        thread_id,
+        lambda: decide(
+            settings,
+            thread_id,
+            action=action,
+            identity=identity,
+            note=text,
+            draft_id=draft_id,
+            content_hash=content_hash,
+        )[1],
+    )
+
+
 def approve(
     settings: Settings,
     thread_id: str,
@@ -132,19 +161,15 @@ def approve(
     """Approve exactly `draft_id` as the signed-in `approver` (a verified identity); it publishes once
     the quorum is met. 403 when the rule does not entitle them, 409 when the draft is not current."""
     note = _text(note, "the note")
-    identity = Identity(approver, verified=True, door=door)
-    return _decide(
+    return _verified(
         settings,
         thread_id,
-        lambda: decide(
-            settings,
-            thread_id,
-            action="approve",
-            identity=identity,
-            note=note,
-            draft_id=draft_id,
-            content_hash=content_hash,
-        )[1],
+        "approve",
+        approver=approver,
+        text=note,
+        draft_id=draft_id,
+        content_hash=content_hash,
+        door=door,
     )
 
 
@@ -162,19 +187,15 @@ def reject(
     reason = _text(reason, "the reason")
     if not reason.strip():
         raise Refusal(422, "a rejection needs a reason")
-    identity = Identity(approver, verified=True, door=door)
-    return _decide(
+    return _verified(
         settings,
         thread_id,
-        lambda: decide(
-            settings,
-            thread_id,
-            action="reject",
-            identity=identity,
-            note=reason.strip(),
-            draft_id=draft_id,
-            content_hash=content_hash,
-        )[1],
+        "reject",
+        approver=approver,
+        text=reason.strip(),
+        draft_id=draft_id,
+        content_hash=content_hash,
+        door=door,
     )
 
 
