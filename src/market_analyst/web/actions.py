@@ -120,7 +120,11 @@ def approvers(settings: Settings) -> ApproverStore:
 # -- decisions --------------------------------------------------------------------------------------
 
 
-def _verified(
+# What each decision's text is called in a refusal.
+_TEXT_NAMES = {"approve": "the note", "reject": "the reason", "revise": "the feedback"}
+
+
+def decide_as(
     settings: Settings,
     thread_id: str,
     action: Action,
@@ -131,8 +135,27 @@ def _verified(
     content_hash: str | None,
     door: Door,
 ) -> ThreadView:
-    """One decision on exactly `draft_id` by the signed-in `approver`, a verified identity."""
+    """One decision on exactly `draft_id` by the signed-in `approver` (a verified identity): `text` is
+    the approval's note, the rejection's reason or the revise feedback. An approval publishes once the
+    quorum is met; a revise drafts again. 403 when the rule does not entitle the approver, 409 when
+    the draft is not current."""
+    text = _text(text, _TEXT_NAMES[action]).strip()
+    if action == "reject" and not text:
+        raise Refusal(422, "a rejection needs a reason")
     identity = Identity(approver, verified=True, door=door)
+    if action == "revise":
+        return _decide(
+            settings,
+            thread_id,
+            lambda: revise_thread(
+                settings,
+                thread_id,
+                feedback=text,
+                identity=identity,
+                draft_id=draft_id,
+                content_hash=content_hash,
+            ),
+        )
     return _decide(
         settings,
         thread_id,
@@ -145,85 +168,6 @@ def _verified(
             draft_id=draft_id,
             content_hash=content_hash,
         )[1],
-    )
-
-
-def approve(
-    settings: Settings,
-    thread_id: str,
-    *,
-    approver: str,
-    note: str,
-    draft_id: str,
-    content_hash: str | None,
-    door: Door,
-) -> ThreadView:
-    """Approve exactly `draft_id` as the signed-in `approver` (a verified identity); it publishes once
-    the quorum is met. 403 when the rule does not entitle them, 409 when the draft is not current."""
-    note = _text(note, "the note")
-    return _verified(
-        settings,
-        thread_id,
-        "approve",
-        approver=approver,
-        text=note,
-        draft_id=draft_id,
-        content_hash=content_hash,
-        door=door,
-    )
-
-
-def reject(
-    settings: Settings,
-    thread_id: str,
-    *,
-    approver: str,
-    reason: str,
-    draft_id: str,
-    content_hash: str | None,
-    door: Door,
-) -> ThreadView:
-    """Reject exactly `draft_id` as the signed-in `approver`, with a reason; nothing is published."""
-    reason = _text(reason, "the reason")
-    if not reason.strip():
-        raise Refusal(422, "a rejection needs a reason")
-    return _verified(
-        settings,
-        thread_id,
-        "reject",
-        approver=approver,
-        text=reason.strip(),
-        draft_id=draft_id,
-        content_hash=content_hash,
-        door=door,
-    )
-
-
-def revise(
-    settings: Settings,
-    thread_id: str,
-    *,
-    approver: str,
-    feedback: str,
-    draft_id: str,
-    content_hash: str | None,
-    door: Door,
-) -> ThreadView:
-    """Send feedback on exactly `draft_id` as the signed-in `approver` and draft again; the new draft
-    waits at the gate."""
-    feedback = _text(feedback, "the feedback")
-    identity = Identity(approver, verified=True, door=door)
-    return _decide(
-        settings,
-        thread_id,
-        lambda: revise_thread(
-            settings,
-            thread_id,
-            feedback=feedback,
-            identity=identity,
-            draft_id=draft_id,
-            content_hash=content_hash,
-        ),
     )
 
 

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from market_analyst.decisions import Action
 from market_analyst.web import actions
 from market_analyst.web.context import web
 from market_analyst.web.security import (
@@ -135,6 +136,22 @@ def _thread_out(view: actions.ThreadView, details: actions.ThreadDetails | None 
     )
 
 
+def _api_decision(
+    request: Request, thread_id: str, who: str, action: Action, text: str, body: DecisionIn
+) -> ThreadOut:
+    view = actions.decide_as(
+        web(request).settings,
+        thread_id,
+        action,
+        approver=who,
+        text=text,
+        draft_id=body.draft_id,
+        content_hash=body.content_hash,
+        door="api",
+    )
+    return _thread_out(view)
+
+
 @router.get("/api/threads", summary="Threads waiting for a decision, newest draft first")
 def list_threads(
     request: Request, who: Approver, status: Literal["pending"] = "pending"
@@ -154,46 +171,19 @@ def get_thread(request: Request, thread_id: str, who: Approver) -> ThreadOut:
 def approve(request: Request, thread_id: str, body: ApproveIn, who: Approver) -> ThreadOut:
     """Counted once per approver; publishes when `MA_REQUIRED_APPROVALS` distinct approvers approved
     this draft. 403 when the approver is not entitled, 409 when the draft is not current."""
-    view = actions.approve(
-        web(request).settings,
-        thread_id,
-        approver=who,
-        note=body.note,
-        draft_id=body.draft_id,
-        content_hash=body.content_hash,
-        door="api",
-    )
-    return _thread_out(view)
+    return _api_decision(request, thread_id, who, "approve", body.note, body)
 
 
 @router.post(
     "/api/threads/{thread_id}/reject", summary="Reject the draft with a reason; nothing is published"
 )
 def reject(request: Request, thread_id: str, body: RejectIn, who: Approver) -> ThreadOut:
-    view = actions.reject(
-        web(request).settings,
-        thread_id,
-        approver=who,
-        reason=body.reason,
-        draft_id=body.draft_id,
-        content_hash=body.content_hash,
-        door="api",
-    )
-    return _thread_out(view)
+    return _api_decision(request, thread_id, who, "reject", body.reason, body)
 
 
 @router.post("/api/threads/{thread_id}/revise", summary="Send feedback and draft again")
 def revise(request: Request, thread_id: str, body: ReviseIn, who: Approver) -> ThreadOut:
-    view = actions.revise(
-        web(request).settings,
-        thread_id,
-        approver=who,
-        feedback=body.feedback,
-        draft_id=body.draft_id,
-        content_hash=body.content_hash,
-        door="api",
-    )
-    return _thread_out(view)
+    return _api_decision(request, thread_id, who, "revise", body.feedback, body)
 
 
 @router.get("/api/reports", summary="Published reports, oldest first, filtered by ticker, user and text")

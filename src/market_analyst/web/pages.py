@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from market_analyst.decisions import Action
 from market_analyst.web import actions
 from market_analyst.web.actions import Refusal
 from market_analyst.web.chart import chart_svg, chart_title
@@ -201,8 +202,31 @@ def thread_chart(request: Request, thread_id: str, who: Signed) -> Response:
 
 
 # Every decision form carries the draft the approver read (its ID and content hash): a decision on a
-# page left open while the thread was revised is refused (409), never applied to the newer draft.
+# page left open while the thread was revised is refused (409), never applied to the newer draft. An
+# empty draft ID is refused by `decide` once it knows the thread still waits (a thread already
+# decided says so first, with its archive key).
 DraftField = Annotated[str, Form()]
+
+
+def _form_decision(
+    request: Request,
+    thread_id: str,
+    who: Visitor,
+    action: Action,
+    text: str,
+    draft_id: str,
+    content_hash: str,
+) -> actions.ThreadView:
+    return actions.decide_as(
+        web(request).settings,
+        thread_id,
+        action,
+        approver=who.name,
+        text=text,
+        draft_id=draft_id,
+        content_hash=content_hash or None,
+        door="web",
+    )
 
 
 @router.post("/threads/{thread_id}/approve")
@@ -214,15 +238,7 @@ def approve(
     content_hash: DraftField = "",
     note: Annotated[str, Form()] = "",
 ) -> Response:
-    view = actions.approve(
-        web(request).settings,
-        thread_id,
-        approver=who.name,
-        note=note,
-        draft_id=_draft_field(draft_id),
-        content_hash=content_hash or None,
-        door="web",
-    )
+    view = _form_decision(request, thread_id, who, "approve", note, draft_id, content_hash)
     if view.status != "published":  # counted; the quorum is not met yet
         return RedirectResponse(f"/threads/{thread_id}?done=approved", status_code=303)
     return RedirectResponse(f"/reports/{(view.publication or {}).get('key')}", status_code=303)
@@ -237,15 +253,7 @@ def reject(
     content_hash: DraftField = "",
     reason: Annotated[str, Form()] = "",
 ) -> Response:
-    actions.reject(
-        web(request).settings,
-        thread_id,
-        approver=who.name,
-        reason=reason,
-        draft_id=_draft_field(draft_id),
-        content_hash=content_hash or None,
-        door="web",
-    )
+    _form_decision(request, thread_id, who, "reject", reason, draft_id, content_hash)
     return RedirectResponse(f"/threads/{thread_id}?done=rejected", status_code=303)
 
 
@@ -258,22 +266,8 @@ def revise(
     content_hash: DraftField = "",
     feedback: Annotated[str, Form()] = "",
 ) -> Response:
-    actions.revise(
-        web(request).settings,
-        thread_id,
-        approver=who.name,
-        feedback=feedback,
-        draft_id=_draft_field(draft_id),
-        content_hash=content_hash or None,
-        door="web",
-    )
+    _form_decision(request, thread_id, who, "revise", feedback, draft_id, content_hash)
     return RedirectResponse(f"/threads/{thread_id}?done=revised", status_code=303)
-
-
-def _draft_field(draft_id: str) -> str:
-    # Empty: the decision names no draft, which `decide` refuses once it knows the thread still
-    # waits (a thread already decided says so first, with its archive key).
-    return draft_id
 
 
 # -- the archive ---------------------------------------------------------------------------------------
