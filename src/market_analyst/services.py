@@ -9,12 +9,14 @@ to them. The server binaries must already be readable by others; if they are not
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import shutil
 import stat
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,18 +155,34 @@ def embedded_postgres_uri(pgdata: Path) -> str:
     private_dir(pgdata.parent, "MA_DATA_DIR")
     pgserver = _import_pgserver()
     location = pgdata
-    if _is_root():
-        _check_binaries_reachable(pgserver)
-        location = _root_location(pgdata)
-    try:
-        server = pgserver.get_server(location, cleanup_mode=None)
-    except Exception as exc:  # initdb/pg_ctl failures arrive as several exception types
-        log = location / "log"
-        detail = " ".join(str(exc).split())[:200]
-        raise ServiceUnavailable(
-            f"could not start the embedded PostgreSQL in {location}: {detail} (see {log})"
-        ) from None
+    # One process at a time finds or starts the server of a data directory: pgserver reads the
+    # postmaster.pid that a second process starting the same server may have half written.
+    with _starting_lock(pgdata.parent):
+        if _is_root():
+            _check_binaries_reachable(pgserver)
+            location = _root_location(pgdata)
+        try:
+            server = pgserver.get_server(location, cleanup_mode=None)
+        except Exception as exc:  # initdb/pg_ctl failures arrive as several exception types
+            log = location / "log"
+            detail = " ".join(str(exc).split())[:200]
+            raise ServiceUnavailable(
+                f"could not start the embedded PostgreSQL in {location}: {detail} (see {log})"
+            ) from None
     return str(server.get_uri())
+
+
+@contextlib.contextmanager
+def _starting_lock(data_dir: Path) -> Iterator[None]:
+    """An exclusive lock on `data_dir/.postgres.lock` for the block (released if the process dies)."""
+    import fcntl
+
+    fd = os.open(data_dir / ".postgres.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def stop_embedded_postgres(pgdata: Path) -> bool:
