@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.persistence.profiles.store import ProfileStore
 from market_analyst.services import discard_embedded_postgres
 from market_analyst.state import HORIZONS, RISK_TOLERANCES, Profile
 
@@ -125,7 +125,7 @@ def lookups(n: int) -> bool:
 def _edge_scrolls(path: Path, names: list[str]) -> list[float]:
     from qdrant_edge import FieldCondition, Filter, MatchValue, ScrollRequest
 
-    from market_analyst.persistence.edge_profiles import load_shard
+    from market_analyst.persistence.profiles.edge import load_shard
 
     shard = load_shard(path)
     try:
@@ -168,7 +168,7 @@ _FRESH_OPEN = """
 import json, sys, time
 from pathlib import Path
 started = time.perf_counter()
-from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.persistence.profiles.store import ProfileStore
 store = ProfileStore(path=Path(sys.argv[1]), engine=sys.argv[2])
 t0 = time.perf_counter()
 __import__("qdrant_edge" if sys.argv[2] == "edge" else "qdrant_client")

@@ -54,7 +54,7 @@ SCHEMA_OF_OLD = """
 import json
 from langgraph.checkpoint.postgres import PostgresSaver
 try:
-    from market_analyst.persistence.thread_index import POSTGRES_SCHEMA
+    from market_analyst.persistence.checkpoints.thread_index import POSTGRES_SCHEMA
 except ImportError:  # a version from before the thread index
     POSTGRES_SCHEMA = ()
 print(json.dumps([*PostgresSaver.MIGRATIONS, *POSTGRES_SCHEMA]))

@@ -44,7 +44,11 @@ def test_the_import_contracts_hold():
             "market_analyst.nodes is not allowed to import",
         ),
         # The CLI opening the archive itself instead of going through the factory.
-        ("cli/reports.py", "import market_analyst.persistence.archive", "Adapters (persistence, services)"),
+        (
+            "cli/reports.py",
+            "import market_analyst.persistence.archive.directory",
+            "Adapters (persistence, services)",
+        ),
     ],
 )
 def test_a_planted_back_edge_breaks_the_contract(tmp_path: Path, module: str, planted: str, broken: str):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from market_analyst.graph import build_graph
-from market_analyst.persistence.checkpointers import open_checkpointer
+from market_analyst.persistence.checkpoints.factory import open_checkpointer
 from market_analyst.settings import Settings
 from tests.support import REPO
 from tests.support.backends import both_backends

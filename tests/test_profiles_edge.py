@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.persistence.profiles.store import ProfileStore
 from market_analyst.state import HORIZONS, RISK_TOLERANCES, Profile
 from tests.support import store_child
 from tests.support.cli import Cli
 from tests.support.crashkit import Harness
 
-SESSION_PUT = "market_analyst.persistence.edge_profiles:EdgeSession._put"
+SESSION_PUT = "market_analyst.persistence.profiles.edge:EdgeSession._put"
 
 
 def _run_together(cli: Cli, commands: list[list[str]], go: Path) -> list[tuple[int, str, str]]:

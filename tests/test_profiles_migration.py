@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.persistence.profiles.store import ProfileStore
 from tests.support import store_child
 from tests.support.cli import Cli
 from tests.support.profiles import count_points, hold_store, profile_payloads, write_local_mode_folder
 
-SETUP = "market_analyst.persistence.edge_setup"
+SETUP = "market_analyst.persistence.profiles.edge_setup"
 
 
 def _local_folder(cli: Cli, users: int) -> list[str]:
@@ -81,7 +81,7 @@ def test_profile_migrate_moves_the_folder_and_says_where_the_old_one_is(cli: Cli
 @pytest.mark.parametrize(
     "kill",
     [
-        "after:market_analyst.persistence.edge_profiles:_upsert:1",  # the new shard half written
+        "after:market_analyst.persistence.profiles.edge:_upsert:1",  # the new shard half written
         f"before:{SETUP}:_mark_ready",
         f"after:{SETUP}:_mark_ready",  # the new shard complete, the old folder still in place
         f"after:{SETUP}:_retire",  # the old folder moved aside, the new shard not yet in place

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from market_analyst.errors import ServiceUnavailable, UserError
-from market_analyst.persistence.profiles import ProfileStore
+from market_analyst.persistence.profiles.store import ProfileStore
 from market_analyst.settings import Settings
 from market_analyst.state import RISK_TOLERANCES, Profile
 from tests.support.cli import clean_environ

@@ -16,8 +16,8 @@ import redis
 from market_analyst.deps import build_deps
 from market_analyst.errors import ThreadBusy
 from market_analyst.graph import build_graph
-from market_analyst.persistence.checkpointers import open_checkpointer
-from market_analyst.persistence.redis_backend import FENCE_PREFIX, LEASE_PREFIX, LeaseLost
+from market_analyst.persistence.checkpoints.factory import open_checkpointer
+from market_analyst.persistence.checkpoints.redis import FENCE_PREFIX, LEASE_PREFIX, LeaseLost
 from market_analyst.settings import Settings
 from tests.support.cli import Cli, clean_environ, unique_id
 from tests.support.lease_holder import hold_lease
@@ -200,7 +200,7 @@ def test_the_strict_serializer_revives_messages_and_imports_no_other_name():
     from langchain_core.messages import AIMessage
     from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 
-    from market_analyst.persistence.redis_serde import StrictRedisSerializer
+    from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
 
     serde, blocked = StrictRedisSerializer(), []
     unregister = register_serde_event_listener(blocked.append)

@@ -91,7 +91,7 @@ def load_redis(url: str, fixture: Path) -> None:
     import redis
     from langgraph.checkpoint.redis import RedisSaver
 
-    from market_analyst.persistence.thread_index import RedisThreadIndex
+    from market_analyst.persistence.checkpoints.thread_index import RedisThreadIndex
 
     client = redis.Redis.from_url(url)
     client.flushall()

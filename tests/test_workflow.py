@@ -15,8 +15,8 @@ from market_analyst.errors import UserError
 from market_analyst.graph import build_graph
 from market_analyst.nodes import human_review
 from market_analyst.nodes.publish import PublishRefused
-from market_analyst.persistence.archive import ReportArchive
-from market_analyst.persistence.checkpointers import open_checkpointer
+from market_analyst.persistence.archive.directory import ReportArchive
+from market_analyst.persistence.checkpoints.factory import open_checkpointer
 from market_analyst.settings import Settings
 from market_analyst.workflow import approve_thread, reject_thread, start_analysis, thread_status
 from tests.support.backends import BACKENDS, checkpointer_env

@@ -8,6 +8,8 @@ CheckpointerKind = Literal["postgres", "redis"]
 MarketDataKind = Literal["snapshot", "csv", "yfinance"]
 AnalystKind = Literal["auto", "rules", "llm"]
 ProfileStoreKind = Literal["edge", "local"]
+# Where approvers, sessions, the session secret, the audit log and the archive live.
+RecordsKind = Literal["files", "postgres"]
 RiskTolerance = Literal["conservative", "moderate", "aggressive"]
 Horizon = Literal["short", "medium", "long"]
 ThreadStatus = Literal[

@@ -12,18 +12,18 @@ from collections.abc import Callable
 
 from market_analyst.decisions import DecisionPolicy
 from market_analyst.errors import UserError
-from market_analyst.persistence.approvers import Approver, ApproverStore
-from market_analyst.persistence.archive import ReportArchive
-from market_analyst.persistence.archive_index import ReportSummary
-from market_analyst.persistence.audit import AuditLog
-from market_analyst.persistence.checkpointers import (
+from market_analyst.persistence.approvals.approvers import Approver, ApproverStore
+from market_analyst.persistence.approvals.audit import AuditLog
+from market_analyst.persistence.approvals.sessions import SessionRecord, SessionStore
+from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
+from market_analyst.persistence.archive.directory import ReportArchive
+from market_analyst.persistence.archive.index import ReportSummary
+from market_analyst.persistence.checkpoints.factory import (
     embedded_server,
     open_checkpointer,
     stop_embedded_server,
 )
-from market_analyst.persistence.profiles import Migration, ProfileStore
-from market_analyst.persistence.sessions import SessionRecord, SessionStore
-from market_analyst.persistence.sign_in_limits import SignInLimits
+from market_analyst.persistence.profiles.store import Migration, ProfileStore
 from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 

@@ -2,7 +2,7 @@
 context LangGraph hands every node.
 
 Nothing here opens a store or imports a client library: `deps.py` builds the real adapters and
-`persistence/checkpointers.py` opens the checkpointer; the nodes see only these shapes.
+`persistence/checkpoints/factory.py` opens the checkpointer; the nodes see only these shapes.
 """
 
 from __future__ import annotations

@@ -25,7 +25,14 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from market_analyst.choices import AnalystKind, CheckpointerKind, Durability, MarketDataKind, ProfileStoreKind
+from market_analyst.choices import (
+    AnalystKind,
+    CheckpointerKind,
+    Durability,
+    MarketDataKind,
+    ProfileStoreKind,
+    RecordsKind,
+)
 from market_analyst.errors import UserError
 from market_analyst.redaction import SECRET_VARIABLES, URL_VARIABLES, redact_url
 
@@ -44,6 +51,7 @@ VARIABLES: dict[str, str] = {
     "QDRANT_URL": "",
     "QDRANT_API_KEY": "",
     "MA_PROFILE_STORE": "edge",
+    "MA_RECORDS": "files",
     "MA_USER": "",
     "MA_APPROVERS": "",
     "MA_REQUIRED_APPROVALS": "1",
@@ -132,6 +140,7 @@ class Settings(BaseSettings):
     qdrant_url: str | None = Field(default=None, validation_alias="QDRANT_URL", repr=False)
     qdrant_api_key: SecretStr | None = _var("QDRANT_API_KEY")
     profile_store: ProfileStoreKind = _var("MA_PROFILE_STORE")
+    records: RecordsKind = _var("MA_RECORDS")
     user: str | None = _var("MA_USER")
     approvers: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(), validation_alias="MA_APPROVERS"
@@ -169,7 +178,9 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=600, allow_inf_nan=False, validation_alias="MA_REQUEST_TIMEOUT"
     )
 
-    @field_validator("checkpointer", "durability", "market_data", "analyst", "profile_store", mode="before")
+    @field_validator(
+        "checkpointer", "durability", "market_data", "analyst", "profile_store", "records", mode="before"
+    )
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from market_analyst.persistence.profile_fields import point_id_for
-from market_analyst.persistence.qdrant_profiles import COLLECTION
+from market_analyst.persistence.profiles.fields import point_id_for
+from market_analyst.persistence.profiles.qdrant import COLLECTION
 from market_analyst.state import Profile
 from tests.support import REPO
 from tests.support.cli import clean_environ

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.profile_session import UPSERT_BATCH, ProfileSession, StoredPoint
+from market_analyst.persistence.profiles.session import UPSERT_BATCH, ProfileSession, StoredPoint
 from market_analyst.persistence.store_access import StoreBusy
 
 if TYPE_CHECKING:

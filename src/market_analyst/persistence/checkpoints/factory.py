@@ -20,12 +20,12 @@ from market_analyst.settings import Settings
 def open_checkpointer(settings: Settings) -> Iterator[CheckpointBackend]:
     """Yield the ready backend that `settings.checkpointer` selects, and close it afterwards."""
     if settings.checkpointer == "postgres":
-        from market_analyst.persistence.postgres_backend import open_postgres
+        from market_analyst.persistence.checkpoints.postgres import open_postgres
 
         with open_postgres(settings) as postgres:
             yield postgres
     else:
-        from market_analyst.persistence.redis_backend import open_redis
+        from market_analyst.persistence.checkpoints.redis import open_redis
 
         with open_redis(settings) as redis:
             yield redis

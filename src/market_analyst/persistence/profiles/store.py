@@ -27,15 +27,15 @@ from typing import Any
 from market_analyst.choices import ProfileStoreKind
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.files import private_dir, private_tree, refuse_under_file
-from market_analyst.persistence.edge_setup import (
+from market_analyst.persistence.profiles.edge_setup import (
     Migration,
     ensure_edge_store,
     has_store,
     session_lock_path,
     setup_lock_path,
 )
-from market_analyst.persistence.profile_fields import checked_changes, point_id_for
-from market_analyst.persistence.profile_session import ProfileSession
+from market_analyst.persistence.profiles.fields import checked_changes, point_id_for
+from market_analyst.persistence.profiles.session import ProfileSession
 from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, lock_file, wait_while_busy
 from market_analyst.redaction import redact_url, scrub, secrets_of
 from market_analyst.settings import Settings
@@ -92,7 +92,7 @@ class ProfileStore:
 
     @contextmanager
     def _server_session(self, url: str) -> Iterator[ProfileSession]:
-        from market_analyst.persistence.qdrant_profiles import (
+        from market_analyst.persistence.profiles.qdrant import (
             QdrantClientSession,
             is_server_error,
             open_server_client,
@@ -116,7 +116,7 @@ class ProfileStore:
 
     @contextmanager
     def _edge_session(self, path: Path) -> Iterator[ProfileSession]:
-        from market_analyst.persistence.edge_profiles import EdgeSession, load_shard
+        from market_analyst.persistence.profiles.edge import EdgeSession, load_shard
 
         def attempt() -> tuple[ExitStack, Any]:
             with ExitStack() as held:
@@ -138,8 +138,8 @@ class ProfileStore:
 
     @contextmanager
     def _local_mode_session(self, path: Path) -> Iterator[ProfileSession]:
-        from market_analyst.persistence.edge_profiles import is_edge_store
-        from market_analyst.persistence.qdrant_profiles import QdrantClientSession, open_local_client
+        from market_analyst.persistence.profiles.edge import is_edge_store
+        from market_analyst.persistence.profiles.qdrant import QdrantClientSession, open_local_client
 
         def attempt() -> tuple[ExitStack, Any]:
             with ExitStack() as held:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from market_analyst.persistence.profile_fields import checked_changes, point_id_for, stored_profile
+from market_analyst.persistence.profiles.fields import checked_changes, point_id_for, stored_profile
 from market_analyst.state import Profile, validate_user_id
 
 # A stored point: its ID (a uuid5 string for every point this application writes) and its payload.

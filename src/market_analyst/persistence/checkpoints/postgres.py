@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
-from market_analyst.persistence.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
+from market_analyst.persistence.checkpoints.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 

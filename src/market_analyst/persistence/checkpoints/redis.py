@@ -24,8 +24,8 @@ from redis import exceptions as redis_errors
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
-from market_analyst.persistence.redis_serde import StrictRedisSerializer
-from market_analyst.persistence.thread_index import RedisThreadIndex
+from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
+from market_analyst.persistence.checkpoints.thread_index import RedisThreadIndex
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from market_analyst.errors import UserError
 from market_analyst.files import fsync_dir, private_dir, refuse_under_file, write_new_private
-from market_analyst.persistence.archive_document import build_document, parse_document, render_document
-from market_analyst.persistence.archive_index import ArchiveIndex, Listing
+from market_analyst.persistence.archive.document import build_document, parse_document, render_document
+from market_analyst.persistence.archive.index import ArchiveIndex, Listing
 from market_analyst.ports import PublishRequest, PublishResult
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")

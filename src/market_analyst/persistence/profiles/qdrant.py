@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from market_analyst.persistence.profile_session import ProfileSession, StoredPoint
+from market_analyst.persistence.profiles.session import ProfileSession, StoredPoint
 from market_analyst.persistence.store_access import StoreBusy
 
 if TYPE_CHECKING:

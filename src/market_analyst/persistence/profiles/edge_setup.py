@@ -27,9 +27,9 @@ from pathlib import Path
 
 from market_analyst.errors import UserError
 from market_analyst.files import fsync_dir, private_dir, private_tree
-from market_analyst.persistence.edge_profiles import build_shard, is_edge_store
-from market_analyst.persistence.profile_session import StoredPoint
-from market_analyst.persistence.qdrant_profiles import all_points, is_local_mode_folder, open_local_client
+from market_analyst.persistence.profiles.edge import build_shard, is_edge_store
+from market_analyst.persistence.profiles.qdrant import all_points, is_local_mode_folder, open_local_client
+from market_analyst.persistence.profiles.session import StoredPoint
 from market_analyst.persistence.store_access import lock_file
 
 

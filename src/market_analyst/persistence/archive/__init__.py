@@ -1,0 +1,1 @@
+"""The report archive: published reports, exactly once (a directory and its index)."""

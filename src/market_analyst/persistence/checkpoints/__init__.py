@@ -1,0 +1,3 @@
+"""Checkpoints: the savers (PostgreSQL, Redis), their thread index, leases and serde.
+
+Opened through `checkpoints.factory.open_checkpointer`."""

@@ -1,0 +1,1 @@
+"""Risk profiles: the store (Qdrant Edge embedded, or a Qdrant server), its sessions and its migration."""

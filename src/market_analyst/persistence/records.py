@@ -1,0 +1,113 @@
+"""The PostgreSQL records database (`MA_RECORDS=postgres`): where approvers, sessions, the session
+secret, the audit log and the archive live when several hosts share them.
+
+It is the checkpointer's server (`POSTGRES_URL`, or the embedded one in the data directory). Each
+store keeps its tables to itself and creates them with its own numbered migrations, applied once under
+an advisory lock whatever the number of processes starting at once; `ma_records_migrations` records
+which ones ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from market_analyst.errors import ServiceUnavailable
+from market_analyst.persistence.checkpoints.postgres import postgres_connect
+from market_analyst.redaction import redact_url
+from market_analyst.settings import Settings
+
+# How long a command waits for another one to finish creating a store's tables.
+MIGRATION_WAIT_SECONDS = 60.0
+
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS ma_records_migrations (
+    component text NOT NULL,
+    version integer NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (component, version)
+)"""
+
+
+def records_uri(settings: Settings) -> str:
+    """The records database's connection string: `POSTGRES_URL`, or the embedded server."""
+    if settings.postgres_url:
+        return settings.postgres_url
+    from market_analyst.services import embedded_postgres_uri
+
+    return embedded_postgres_uri(settings.postgres_dir)
+
+
+def _lock_key(component: str) -> int:
+    digest = hashlib.sha256(f"market-analyst:records:{component}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _applied(conn: Any, component: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('ma_records_migrations') IS NOT NULL AS present")
+        row = cur.fetchone()
+        if not row or not row["present"]:
+            return 0
+        cur.execute(
+            "SELECT coalesce(max(version), 0) AS v FROM ma_records_migrations WHERE component = %s",
+            (component,),
+        )
+        row = cur.fetchone()
+    return int(row["v"]) if row else 0
+
+
+def migrate(conn: Any, component: str, migrations: Sequence[str]) -> None:
+    """Apply `migrations` (version N is `migrations[N-1]`, one or more statements) that have not run.
+
+    Fast path: one read when they all have. Otherwise poll `pg_try_advisory_lock` (holding no
+    transaction open between tries, as the saver's set-up does) and re-check under the lock; each
+    migration and its ledger row commit together."""
+    if _applied(conn, component) >= len(migrations):
+        return
+    key = _lock_key(component)
+    deadline = time.monotonic() + MIGRATION_WAIT_SECONDS
+    pause = 0.02
+    with conn.cursor() as cur:
+        while True:
+            cur.execute("SELECT pg_try_advisory_lock(%s) AS locked", (key,))
+            row = cur.fetchone()
+            if row and row["locked"]:
+                break
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable(
+                    f"another command has been creating the {component} tables for "
+                    f"{MIGRATION_WAIT_SECONDS:g} s; nothing was written: run the command again"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        try:
+            cur.execute(_LEDGER)
+            done = _applied(conn, component)
+            for version, statement in enumerate(migrations, start=1):
+                if version <= done:
+                    continue
+                with conn.transaction():
+                    cur.execute(statement)
+                    cur.execute(
+                        "INSERT INTO ma_records_migrations (component, version) VALUES (%s, %s)",
+                        (component, version),
+                    )
+        finally:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+@contextmanager
+def records_connection(settings: Settings, component: str, migrations: Sequence[str]) -> Iterator[Any]:
+    """An autocommit connection to the records database with `component`'s tables current; closed on
+    exit. Stores open one per operation, so no process holds anything between requests."""
+    uri = records_uri(settings)
+    conn = postgres_connect(uri, redact_url(uri), embedded=not settings.postgres_url)
+    try:
+        migrate(conn, component, migrations)
+        yield conn
+    finally:
+        conn.close()
