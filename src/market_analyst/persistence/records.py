@@ -61,7 +61,8 @@ def _applied(conn: Any, component: str) -> int:
 
 
 def migrate(conn: Any, component: str, migrations: Sequence[str]) -> None:
-    """Apply `migrations` (version N is `migrations[N-1]`, one or more statements) that have not run.
+    """Apply `migrations` (version N is `migrations[N-1]`, one or more statements separated by `;`,
+    without parameters) that have not run.
 
     Fast path: one read when they all have. Otherwise poll `pg_try_advisory_lock` (holding no
     transaction open between tries, as the saver's set-up does) and re-check under the lock; each
@@ -91,7 +92,8 @@ def migrate(conn: Any, component: str, migrations: Sequence[str]) -> None:
                 if version <= done:
                     continue
                 with conn.transaction():
-                    cur.execute(statement)
+                    # Unprepared, so one migration may hold several statements.
+                    cur.execute(statement, prepare=False)
                     cur.execute(
                         "INSERT INTO ma_records_migrations (component, version) VALUES (%s, %s)",
                         (component, version),
