@@ -25,7 +25,7 @@ from market_analyst.persistence.checkpoints.factory import (
 )
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
-from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, MemoryStore
+from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
 __all__ = [
@@ -152,7 +152,7 @@ def open_profiles(settings: Settings) -> ProfileStore:
     return ProfileStore.from_settings(settings)
 
 
-def open_memory(settings: Settings) -> MemoryStore:
+def open_memory(settings: Settings) -> EdgeMemoryStore:
     """The memory store: the Qdrant Edge shard `memories/` in the data directory, embedded with
     WordLlama's bundled model. Opens nothing and loads no model until it is used."""
     from market_analyst.persistence.memory.embedder import WordLlamaEmbedder

@@ -30,8 +30,8 @@ from market_analyst.choices import RecallMode
 from market_analyst.errors import UserError
 from market_analyst.files import fsync_dir, private_dir, private_tree, refuse_under_file
 from market_analyst.persistence.memory.embedder import Embedder
-from market_analyst.persistence.memory.points import META_VERSION, from_payload, to_payload
-from market_analyst.persistence.memory.search import edge_query, iso_z, owner_filter, within_budget
+from market_analyst.persistence.memory.points import META_VERSION, SUPERSEDED, from_payload, iso_z, to_payload
+from market_analyst.persistence.memory.search import edge_query, owner_filter, within_budget
 from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, StoreBusy, lock_file, wait_while_busy
 from market_analyst.state import Memory, check_memory_ref, validate_user_id
 
@@ -185,6 +185,7 @@ class EdgeMemoryStore:
         shard = EdgeShard.create(str(new), config)  # the write-ahead log stays on: it is the lock
         try:
             shard.update(UpdateOperation.create_field_index("owner", PayloadSchemaType.Keyword))
+            shard.update(UpdateOperation.create_field_index("status", PayloadSchemaType.Keyword))
             shard.update(UpdateOperation.create_field_index("ticker", PayloadSchemaType.Keyword))
             shard.update(UpdateOperation.create_field_index("created_at", PayloadSchemaType.Datetime))
             for start in range(0, len(points), WRITE_BATCH):
@@ -351,7 +352,7 @@ class EdgeMemoryStore:
                 raise UserError(f"no memory {old_id} for user {owner}")
             # The new one first: a crash between the two leaves both live, and a repeat finishes it.
             shard.update(UpdateOperation.upsert_points(points))
-            shard.update(UpdateOperation.set_payload([old_id], {"superseded": True}))
+            shard.update(UpdateOperation.set_payload([old_id], {"status": SUPERSEDED}))
 
     def forget(self, owner: str, memory_id: str) -> bool:
         from qdrant_edge import UpdateOperation

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from market_analyst.choices import RecallMode
+from market_analyst.persistence.memory.points import LIVE, iso_z
 from market_analyst.state import Memory
 
 PREFETCH_LIMIT = 40  # candidates each retriever contributes before fusion
@@ -38,16 +39,13 @@ TICKER_BOOST = 0.5  # a memory about the analysed ticker counts this much more
 
 
 def owner_filter(owner: str, *, live_only: bool = True) -> Any:
-    """The filter every read carries: exactly this owner (and, for recall, not superseded).
-
-    `superseded` is matched with `must_not ... True`: Edge 0.9.0 matches no point with a `False`
-    boolean condition (checked: the count is 0), while `True` matches."""
+    """The filter every read carries: exactly this owner (and, for recall, not superseded)."""
     from qdrant_edge import FieldCondition, Filter, MatchValue
 
-    must_not: list[Any] | None = (
-        [FieldCondition(key="superseded", match=MatchValue(True))] if live_only else None
-    )
-    return Filter(must=[FieldCondition(key="owner", match=MatchValue(owner))], must_not=must_not)
+    must = [FieldCondition(key="owner", match=MatchValue(owner))]
+    if live_only:
+        must.append(FieldCondition(key="status", match=MatchValue(LIVE)))
+    return Filter(must=list(must))
 
 
 def edge_query(
@@ -153,10 +151,3 @@ def within_budget(ranked: Sequence[Memory], *, limit: int, budget_chars: int) ->
         kept.append(memory)
         used += len(memory.text)
     return kept
-
-
-def iso_z(moment: datetime) -> str:
-    """`moment` as the UTC ISO time the payload stores (`2026-01-31T09:30:00.123456Z`)."""
-    from datetime import UTC
-
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
