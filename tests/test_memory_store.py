@@ -103,3 +103,112 @@ def test_memory_text_is_checked(store: EdgeMemoryStore) -> None:
     for bad in ("", "   ", "x" * 1001, "line\nbreak", "bell\x07"):
         with pytest.raises(UserError):
             note("ann", "remembered", bad)
+
+
+def test_replaced_memories_are_kept_but_never_recalled(store: EdgeMemoryStore) -> None:
+    store.write(ANN)
+    old = ANN[2]
+    new = note(
+        "ann",
+        "remembered",
+        "Watch foundry concentration: one fab makes every chip",
+        ticker="NVDA",
+        days_ago=0,
+    )
+    store.replace("ann", old.id, new)
+    recalled = [
+        m.id for m in store.recall("ann", "supplier concentration TSMC", ticker="NVDA", limit=10, now=NOW)
+    ]
+    assert new.id in recalled and old.id not in recalled
+    assert old.id not in [m.id for m in store.list("ann")]
+    everything = {m.id: m for m in store.list("ann", include_superseded=True)}
+    assert everything[old.id].superseded and everything[new.id].replaces == old.id
+    with pytest.raises(UserError, match="no memory"):
+        store.replace("bob", ANN[0].id, note("bob", "remembered", "not mine to replace"))
+
+
+def test_forget_one_and_prune_by_age(store: EdgeMemoryStore) -> None:
+    ancient = note("bob", "feedback", "Two years ago: explain the margin squeeze", days_ago=800)
+    store.write([*ANN, ancient])
+    assert store.get("bob", ANN[0].id) is None  # another owner's ID reads as absent
+    assert not store.forget("bob", ANN[0].id)
+    assert store.forget("ann", ANN[0].id) and store.get("ann", ANN[0].id) is None
+    assert not store.forget("ann", ANN[0].id)
+    assert store.count_before(NOW - timedelta(days=365)) == 1
+    assert store.prune(NOW - timedelta(days=365)) == 1
+    assert {p["payload"]["text"] for p in store.all_points()} == {ANN[1].text, ANN[2].text}
+
+
+def _rrf(*orders: list[str], k: int = 60) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for order in orders:
+        for rank, key in enumerate(order):  # Qdrant ranks from 0: the first of a list adds 1/k
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def test_hybrid_is_reciprocal_rank_fusion_of_the_two_retrievers(store: EdgeMemoryStore) -> None:
+    """Pins what Edge 0.9.0 does with two prefetches and `Fusion.Rrf`: a change of engine version
+    that fused differently (or ignored a prefetch's owner filter) fails here."""
+    from market_analyst.persistence.memory import search
+
+    store.write([*ANN, note("ann", "feedback", "Compare the valuation with AMD and Intel", ticker="NVDA")])
+    store.write([note("bob", "feedback", "Suppliers and foundry concentration, again", ticker="NVDA")])
+    query = "worried about the foundry suppliers"
+    dense = [m.id for m, _ in store.ranked("ann", query, mode="dense", limit=search.PREFETCH_LIMIT)]
+    bm25 = [m.id for m, _ in store.ranked("ann", query, mode="bm25", limit=search.PREFETCH_LIMIT)]
+    assert dense != bm25  # the two retrievers disagree here, so fusion has something to do
+    hybrid = store.ranked("ann", query, mode="hybrid", limit=10)
+    expected = _rrf(dense, bm25, k=search.RRF_K)
+    assert {m.id for m, _ in hybrid} == set(expected)
+    for memory, score in hybrid:
+        assert score == pytest.approx(expected[memory.id], rel=1e-5)
+    assert [s for _, s in hybrid] == sorted((s for _, s in hybrid), reverse=True)
+
+
+def test_recency_and_ticker_rescore_the_fused_list(store: EdgeMemoryStore) -> None:
+    """`hybrid_recency` is Edge's `Formula` over the fused scores: checked against the same formula
+    computed here, so a formula the engine ignored (or evaluated otherwise) fails."""
+    import math
+
+    from market_analyst.persistence.memory import search
+
+    fresh = note(
+        "ann", "feedback", "Explain the drawdown risk in plain words", ticker="NVDA", days_ago=2, thread="a"
+    )
+    stale = note(
+        "ann", "feedback", "Explain the drawdown risk in plain words", ticker="MSFT", days_ago=400, thread="b"
+    )
+    store.write([fresh, stale])
+    query = "drawdown risk"
+    fused = dict((m.id, s) for m, s in store.ranked("ann", query, mode="hybrid", limit=10))
+    rescored = store.ranked("ann", query, mode="hybrid_recency", ticker="NVDA", limit=10, now=NOW)
+    assert [m.id for m, _ in rescored] == [fresh.id, stale.id]
+    lam = math.log(search.RECENCY_MIDPOINT) / (search.RECENCY_SCALE_DAYS * 86400.0)
+    for memory, score in rescored:
+        age = (NOW - memory.created_at).total_seconds()
+        recency = 1 - search.RECENCY_WEIGHT + search.RECENCY_WEIGHT * math.exp(lam * age)
+        on_ticker = 1 + search.TICKER_BOOST * (memory.ticker == "NVDA")
+        assert score == pytest.approx(fused[memory.id] * recency * on_ticker, rel=1e-4)
+
+
+def test_a_changed_embedder_is_refused_until_reindexed(tmp_path: Path, store: EdgeMemoryStore) -> None:
+    store.write(ANN)
+    other = EdgeMemoryStore(store.path, embedder=lambda: WordLlamaEmbedder(dimension=64))
+    with pytest.raises(UserError, match="memories reindex"):
+        other.recall("ann", "suppliers", now=NOW)
+    with pytest.raises(UserError, match="memories reindex"):
+        other.write([note("ann", "remembered", "one more")])
+    assert len(other.list("ann")) == 3  # reading what is stored needs no model
+    assert other.reindex() == 3
+    assert other.recall("ann", "supplier concentration", ticker="NVDA", now=NOW)[0].id == ANN[2].id
+    with pytest.raises(UserError, match="memories reindex"):
+        store.recall("ann", "suppliers", now=NOW)  # now the first embedder is the stranger
+
+
+def test_budget_and_limit(store: EdgeMemoryStore) -> None:
+    long = note("ann", "report", "NVDA report: " + "figures " * 110, ticker="NVDA", days_ago=0)  # ~900 chars
+    store.write([*ANN, long])
+    found = store.recall("ann", "NVDA report figures", ticker="NVDA", limit=5, budget_chars=200, now=NOW)
+    assert found and long.id not in [m.id for m in found] and sum(len(m.text) for m in found) <= 200
+    assert len(store.recall("ann", "NVDA", limit=2, now=NOW)) == 2
