@@ -7,12 +7,14 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from market_analyst.errors import UserError
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
+from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
 from market_analyst.state import Memory, memory_id
 from tests.support import REPO
 
@@ -41,8 +43,35 @@ def embedder() -> WordLlamaEmbedder:
 
 
 @pytest.fixture
-def store(tmp_path: Path, embedder: WordLlamaEmbedder) -> EdgeMemoryStore:
+def edge_store(tmp_path: Path, embedder: WordLlamaEmbedder) -> EdgeMemoryStore:
     return EdgeMemoryStore(tmp_path / "memories", embedder=lambda: embedder)
+
+
+def _local_mode_client(path: Path) -> Any:
+    from qdrant_client import QdrantClient
+
+    return QdrantClient(path=str(path))
+
+
+@pytest.fixture(params=["edge", "qdrant-client"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Opens the Edge store, or the server twin's code against `qdrant-client` local mode (the same
+    client calls a server gets; no Qdrant server can run here), in this test's folder."""
+
+    def make(embedder: WordLlamaEmbedder) -> Any:
+        if request.param == "edge":
+            return EdgeMemoryStore(tmp_path / "memories", embedder=lambda: embedder)
+        folder = tmp_path / "qdrant-local"
+        return QdrantMemoryStore(
+            lambda: _local_mode_client(folder), embedder=lambda: embedder, location=str(folder)
+        )
+
+    return make
+
+
+@pytest.fixture
+def store(open_store: Any, embedder: WordLlamaEmbedder) -> Any:
+    return open_store(embedder)
 
 
 ANN = [
@@ -60,7 +89,7 @@ ANN = [
 ]
 
 
-def test_written_memories_are_recalled_for_their_owner_only(store: EdgeMemoryStore) -> None:
+def test_written_memories_are_recalled_for_their_owner_only(store: Any) -> None:
     bob = note("bob", "feedback", "Supplier concentration worries me too", ticker="NVDA")
     store.write([*ANN, bob])
     found = store.recall("ann", "what did I say about suppliers?", ticker="NVDA", now=NOW)
@@ -74,21 +103,21 @@ def test_written_memories_are_recalled_for_their_owner_only(store: EdgeMemorySto
     assert listed[0] == ANN[2]  # every field comes back as written
 
 
-def test_the_same_id_written_twice_is_one_memory(store: EdgeMemoryStore) -> None:
+def test_the_same_id_written_twice_is_one_memory(store: Any) -> None:
     store.write(ANN)
     store.write(ANN)
     assert len(store.list("ann")) == 3
     assert len(store.all_points()) == 3
 
 
-def test_an_owner_without_memories_loads_no_model(tmp_path: Path, store: EdgeMemoryStore) -> None:
-    store.write([note("bob", "remembered", "Prefer dividend payers")])
+def test_an_owner_without_memories_loads_no_model(tmp_path: Path, edge_store: Any) -> None:
+    edge_store.write([note("bob", "remembered", "Prefer dividend payers")])
     script = (
         "import sys\n"
         "from pathlib import Path\n"
         "from market_analyst.persistence.memory.edge import EdgeMemoryStore\n"
         "from market_analyst.persistence.memory.embedder import WordLlamaEmbedder\n"
-        f"s = EdgeMemoryStore(Path({str(store.path)!r}), embedder=WordLlamaEmbedder)\n"
+        f"s = EdgeMemoryStore(Path({str(edge_store.path)!r}), embedder=WordLlamaEmbedder)\n"
         "assert s.recall('ann', 'anything?') == [] and not s.has_memories('ann')\n"
         "assert 'wordllama' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)\n"
         "assert s.recall('bob', 'dividends')\n"
@@ -99,13 +128,13 @@ def test_an_owner_without_memories_loads_no_model(tmp_path: Path, store: EdgeMem
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
 
 
-def test_memory_text_is_checked(store: EdgeMemoryStore) -> None:
+def test_memory_text_is_checked() -> None:
     for bad in ("", "   ", "x" * 1001, "line\nbreak", "bell\x07"):
         with pytest.raises(UserError):
             note("ann", "remembered", bad)
 
 
-def test_replaced_memories_are_kept_but_never_recalled(store: EdgeMemoryStore) -> None:
+def test_replaced_memories_are_kept_but_never_recalled(store: Any) -> None:
     store.write(ANN)
     old = ANN[2]
     new = note(
@@ -127,7 +156,7 @@ def test_replaced_memories_are_kept_but_never_recalled(store: EdgeMemoryStore) -
         store.replace("bob", ANN[0].id, note("bob", "remembered", "not mine to replace"))
 
 
-def test_forget_one_and_prune_by_age(store: EdgeMemoryStore) -> None:
+def test_forget_one_and_prune_by_age(store: Any) -> None:
     ancient = note("bob", "feedback", "Two years ago: explain the margin squeeze", days_ago=800)
     store.write([*ANN, ancient])
     assert store.get("bob", ANN[0].id) is None  # another owner's ID reads as absent
@@ -147,7 +176,7 @@ def _rrf(*orders: list[str], k: int = 60) -> dict[str, float]:
     return scores
 
 
-def test_hybrid_is_reciprocal_rank_fusion_of_the_two_retrievers(store: EdgeMemoryStore) -> None:
+def test_hybrid_is_reciprocal_rank_fusion_of_the_two_retrievers(store: Any) -> None:
     """Pins what Edge 0.9.0 does with two prefetches and `Fusion.Rrf`: a change of engine version
     that fused differently (or ignored a prefetch's owner filter) fails here."""
     from market_analyst.persistence.memory import search
@@ -166,7 +195,7 @@ def test_hybrid_is_reciprocal_rank_fusion_of_the_two_retrievers(store: EdgeMemor
     assert [s for _, s in hybrid] == sorted((s for _, s in hybrid), reverse=True)
 
 
-def test_recency_and_ticker_rescore_the_fused_list(store: EdgeMemoryStore) -> None:
+def test_recency_and_ticker_rescore_the_fused_list(store: Any) -> None:
     """`hybrid_recency` is Edge's `Formula` over the fused scores: checked against the same formula
     computed here, so a formula the engine ignored (or evaluated otherwise) fails."""
     import math
@@ -192,9 +221,9 @@ def test_recency_and_ticker_rescore_the_fused_list(store: EdgeMemoryStore) -> No
         assert score == pytest.approx(fused[memory.id] * recency * on_ticker, rel=1e-4)
 
 
-def test_a_changed_embedder_is_refused_until_reindexed(tmp_path: Path, store: EdgeMemoryStore) -> None:
+def test_a_changed_embedder_is_refused_until_reindexed(open_store: Any, store: Any) -> None:
     store.write(ANN)
-    other = EdgeMemoryStore(store.path, embedder=lambda: WordLlamaEmbedder(dimension=64))
+    other = open_store(WordLlamaEmbedder(dimension=64))
     with pytest.raises(UserError, match="memories reindex"):
         other.recall("ann", "suppliers", now=NOW)
     with pytest.raises(UserError, match="memories reindex"):
@@ -206,7 +235,7 @@ def test_a_changed_embedder_is_refused_until_reindexed(tmp_path: Path, store: Ed
         store.recall("ann", "suppliers", now=NOW)  # now the first embedder is the stranger
 
 
-def test_budget_and_limit(store: EdgeMemoryStore) -> None:
+def test_budget_and_limit(store: Any) -> None:
     long = note("ann", "report", "NVDA report: " + "figures " * 110, ticker="NVDA", days_ago=0)  # ~900 chars
     store.write([*ANN, long])
     found = store.recall("ann", "NVDA report figures", ticker="NVDA", limit=5, budget_chars=200, now=NOW)
