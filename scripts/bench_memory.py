@@ -2,8 +2,8 @@
 
 - `recall`: recall latency (hybrid dense + BM25, fused, rescored for recency) at each collection
   size, for owners who each hold 1% of it: inside one open shard (the engine's query, what a
-  long-lived process pays) and through the store as a command calls it (open the shard, count the
-  owner's memories, embed the query, query, close).
+  long-lived process pays) and through the store as a command calls it (embed the query, open the
+  shard, query, close); and the bytes on disk per memory at that size.
 - `writes`: the cost of writing a memory, one at a time (embed, open, upsert, close) and in batches
   of 100; and the bytes on disk per memory (allocated blocks: Edge preallocates its log sparsely).
 - `fresh`: a new process recalls for an owner with 1,000 memories against one with none (who costs
@@ -153,8 +153,8 @@ def recall(sizes: list[int]) -> bool:
             print(
                 f"  {n:>7,} memories ({n // owners} per owner, seeded in {took:.1f} s): "
                 f"open shard p50 {ms(statistics.median(inside))} p99 {ms(_pct(inside, 0.99))}; "
-                f"through the store (open, count, embed, query, close) p50 {ms(statistics.median(through))} "
-                f"p99 {ms(_pct(through, 0.99))}"
+                f"through the store (embed, open, query, close) p50 {ms(statistics.median(through))} "
+                f"p99 {ms(_pct(through, 0.99))}; {_disk_bytes(path) / n:,.0f} bytes on disk a memory"
             )
             if n >= 100_000:
                 ok = statistics.median(inside) < 0.020
