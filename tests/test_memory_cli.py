@@ -222,3 +222,11 @@ def test_remember_replace_forget_on_a_qdrant_server(server_cli: Cli) -> None:
     cli.ok("memories", "forget", second, "--user", user)
     assert "memories: 1" in cli.ok("forget", "--user", user, "--yes").stdout
     assert _ids(cli, "--user", user, "--all") == []
+
+
+def test_an_unreachable_qdrant_server_is_one_line_and_exit_69(mem_cli: Cli) -> None:
+    down = {"QDRANT_URL": "http://127.0.0.1:9"}  # nothing listens on the discard port
+    for args in (("remember", "--user", "ann", "kept?"), ("memories", "list", "--user", "ann")):
+        failed = mem_cli.fails(*args, extra_env=down)
+        assert failed.returncode == 69 and "did not answer" in failed.stderr, failed.stderr
+    assert not (mem_cli.data_dir / "memories").exists()  # nothing fell back to the embedded store
