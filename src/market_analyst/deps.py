@@ -14,6 +14,7 @@ from market_analyst.decisions import DecisionPolicy
 from market_analyst.errors import UserError
 from market_analyst.persistence.approvals.approvers import Approver, ApproverStore
 from market_analyst.persistence.approvals.audit import AuditLog
+from market_analyst.persistence.approvals.protocols import Approvers, AuditRecords, Sessions, SignInFailures
 from market_analyst.persistence.approvals.sessions import SessionRecord, SessionStore
 from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
 from market_analyst.persistence.archive.directory import ReportArchive
@@ -30,11 +31,15 @@ from market_analyst.settings import Settings
 __all__ = [
     "Approver",
     "ApproverStore",
+    "Approvers",
     "AuditLog",
+    "AuditRecords",
     "Migration",
     "ReportSummary",
     "SessionRecord",
     "SessionStore",
+    "Sessions",
+    "SignInFailures",
     "SignInLimits",
     "build_deps",
     "check_analyst",
@@ -108,27 +113,44 @@ def open_archive(settings: Settings) -> ReportArchive:
     return ReportArchive(settings.archive_dir)
 
 
-def open_approvers(settings: Settings) -> ApproverStore:
-    """The web inbox's approvers and its session secret, in the data directory."""
+def open_approvers(settings: Settings) -> Approvers:
+    """The web inbox's approvers and its session secret: in the data directory, or in the PostgreSQL
+    records database with `MA_RECORDS=postgres`."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
+
+        return PostgresApproverStore(settings)
     return ApproverStore(settings.data_dir)
 
 
-def open_sessions(settings: Settings) -> SessionStore:
-    """The web inbox's signed-in sessions, in the data directory (shared by every server process)."""
-    return SessionStore(
-        settings.data_dir,
-        idle=settings.session_idle.total_seconds(),
-        lifetime=settings.session_max.total_seconds(),
-    )
+def open_sessions(settings: Settings) -> Sessions:
+    """The web inbox's signed-in sessions, shared by every server process: in the data directory (one
+    host), or in the records database with `MA_RECORDS=postgres` (every host)."""
+    idle, lifetime = settings.session_idle.total_seconds(), settings.session_max.total_seconds()
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore
+
+        return PostgresSessionStore(settings, idle=idle, lifetime=lifetime)
+    return SessionStore(settings.data_dir, idle=idle, lifetime=lifetime)
 
 
-def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> SignInLimits:
-    """The failed sign-ins every server process counts against, in the data directory."""
+def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> SignInFailures:
+    """The failed sign-ins every server process counts against: in the data directory, or in the
+    records database with `MA_RECORDS=postgres`."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_sessions import PostgresSignInLimits
+
+        return PostgresSignInLimits(settings, limit=limit, window=window)
     return SignInLimits(settings.data_dir, limit=limit, window=window)
 
 
-def open_audit(settings: Settings) -> AuditLog:
-    """The audit log of decisions and publications, in the data directory's `audit/`."""
+def open_audit(settings: Settings) -> AuditRecords:
+    """The audit log of decisions and publications: the data directory's `audit/`, or the records
+    database with `MA_RECORDS=postgres`."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+
+        return PostgresAuditLog(settings)
     return AuditLog(settings.data_dir / "audit")
 
 
