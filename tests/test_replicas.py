@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import psycopg
@@ -118,6 +117,15 @@ def test_two_replicas_share_sessions_approvers_and_one_report(
         assert not (cli.cwd / host / "sessions").exists()
     with psycopg.connect(records) as conn:
         assert conn.execute("SELECT count(*) FROM ma_sessions WHERE name = 'carol'").fetchone() == (0,)
+    note = "note: profiles and memories stay in this host's data directory (Qdrant Edge): set QDRANT_URL"
+    assert note in (cli.cwd / "serve-0.log").read_text()
+
+
+@pytest.mark.parametrize("cli", ["redis"], indirect=True)
+def test_serve_refuses_shared_checkpoints_with_records_kept_on_this_host(cli: Cli):
+    refused = cli.fails("serve", "--port", "1", extra_env={"MA_RECORDS": "postgres"})
+    assert refused.returncode == 2 and "set POSTGRES_URL to a server every host reaches" in refused.stderr
+    assert not (cli.data_dir / "postgres").exists()  # refused before any store was opened
 
 
 @both_backends
