@@ -68,6 +68,15 @@ def bench_threads(n: int | None) -> bool:
     return True
 
 
+def bench_replicas(n: int | None) -> bool:
+    """Approvals (64 of each by default) through two `serve` replicas on one PostgreSQL records
+    database and checkpointer, against one replica; no target is set, both are reported."""
+    import bench_replicas
+
+    bench_replicas.run(n or 64)
+    return True
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
     "profile-open": bench_profile_open,
@@ -75,6 +84,7 @@ SECTIONS: dict[str, Section] = {
     "archive": bench_archive,
     "threads": bench_threads,
     "approvals": bench_approvals,
+    "replicas": bench_replicas,
 }
 
 

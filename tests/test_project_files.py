@@ -110,6 +110,9 @@ def test_make_bench_runs_every_section():
     assert "POST /api/threads/{id}/approve (warm server) p50" in result.stdout
     assert "market-analyst approve (a process each)      p50" in result.stdout
     assert "ratio at p50" in result.stdout
+    result = run_make("bench", "BENCH_ARGS=replicas --n 4", timeout=300)
+    assert "one replica" in result.stdout and "two replicas" in result.stdout
+    assert "ratio: two replicas approve" in result.stdout
 
 
 def test_the_licence_covers_the_code_and_names_the_data_licence():
