@@ -18,14 +18,13 @@ from market_analyst.persistence.approvals.protocols import Approvers, AuditRecor
 from market_analyst.persistence.approvals.sessions import SessionRecord, SessionStore
 from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
 from market_analyst.persistence.archive.directory import ReportArchive
-from market_analyst.persistence.archive.index import ReportSummary
 from market_analyst.persistence.checkpoints.factory import (
     embedded_server,
     open_checkpointer,
     stop_embedded_server,
 )
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
-from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
+from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, ReportStore, ReportSummary
 from market_analyst.settings import Settings
 
 __all__ = [
@@ -108,8 +107,13 @@ def open_market_data(settings: Settings) -> MarketDataProvider:
     return YFinanceProvider()
 
 
-def open_archive(settings: Settings) -> ReportArchive:
-    """The report archive in `MA_ARCHIVE_DIR` (default: `reports/` in the data directory)."""
+def open_archive(settings: Settings) -> ReportStore:
+    """The report archive: in the records database with `MA_RECORDS=postgres`, else the directory
+    `MA_ARCHIVE_DIR` (default: `reports/` in the data directory). Opens nothing until it is used."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.archive.postgres import PostgresArchive
+
+        return PostgresArchive(settings)
     return ReportArchive(settings.archive_dir)
 
 
