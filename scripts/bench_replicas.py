@@ -1,8 +1,9 @@
 """Replica bench: approvals through two `market-analyst serve` replicas against one, side by side.
 
-Both runs use the same set-up: checkpoints and records (`MA_RECORDS=postgres`) on one PostgreSQL
-server (the embedded binary, reached by its address as replicas on other hosts would be), each
-replica with a data directory of its own and one shared archive directory, `durability="sync"`.
+Both runs use the same set-up: checkpoints and records (`MA_RECORDS=postgres`: approvers, sessions,
+the audit log and the report archive) on one PostgreSQL server (the embedded binary, reached by its
+address as replicas on other hosts would be), each replica with a data directory of its own,
+`durability="sync"`.
 Eight clients approve different threads at once, over keep-alive connections; with two replicas,
 half of them talk to each. What is measured is approvals a second and the latency of each; on a
 machine with few cores the replicas share them with the database, so two need not beat one.
@@ -21,6 +22,7 @@ from pathlib import Path
 import httpx
 from bench_approvals import _environment, _start_server
 
+from market_analyst.deps import open_archive
 from market_analyst.services import discard_embedded_postgres, embedded_postgres_uri
 from market_analyst.settings import Settings
 from market_analyst.workflow import start_analysis
@@ -67,8 +69,7 @@ def run(n: int) -> None:
         root = Path(tmp)
         base = _environment(root / "data")
         uri = embedded_postgres_uri(Settings.load(environ=base, dotenv=None).postgres_dir)
-        shared = {"POSTGRES_URL": uri, "MA_RECORDS": "postgres", "MA_ARCHIVE_DIR": str(root / "archive")}
-        env = base | shared
+        env = base | {"POSTGRES_URL": uri, "MA_RECORDS": "postgres"}
         settings = Settings.load(environ=env, dotenv=None)
         token = add_approver(settings, "bench")
         started = time.perf_counter()
@@ -88,7 +89,7 @@ def run(n: int) -> None:
             for server in servers:
                 server.terminate()
                 server.wait(timeout=30)
-        published = len(list((root / "archive").glob("*.json")))
+        published = len(open_archive(settings).list().reports)
         assert published == 2 * n, f"{published} reports for {2 * n} approvals"
         discard_embedded_postgres(settings.postgres_dir)
     print(f"  ratio: two replicas approve {two / one:.2f}x as many a second as one")

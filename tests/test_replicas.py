@@ -5,13 +5,11 @@ refused by both at their next request, sixteen concurrent approvals spread over 
 report, and a replica killed with SIGKILL during an approval is finished by the other with one report.
 
 Each replica has a data directory of its own, as on two hosts, so nothing they agree on can come from
-files they share; only the report archive (`MA_ARCHIVE_DIR`) is one directory, as the directory
-archive is a single-host store.
+files they share: with `MA_RECORDS=postgres` the report archive is in PostgreSQL too.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -29,12 +27,10 @@ KILL_AFTER_ARCHIVE_WRITE = [sys.executable, "-m", "tests.support.crash_child", "
 
 
 def _records(cli: Cli, request: pytest.FixtureRequest) -> str:
-    """Point the CLI at the PostgreSQL records database (the checkpointer's, on PostgreSQL) and a
-    shared archive; the URL of the records database."""
+    """Point the CLI at the PostgreSQL records database (the checkpointer's, on PostgreSQL); the URL
+    of the records database."""
     url = cli.env.get("POSTGRES_URL") or request.getfixturevalue("postgres_url")
-    cli.env.update(
-        {"POSTGRES_URL": url, "MA_RECORDS": "postgres", "MA_ARCHIVE_DIR": str(cli.cwd / "archive")}
-    )
+    cli.env.update({"POSTGRES_URL": url, "MA_RECORDS": "postgres"})
     cli.env["MA_LEASE_TTL_SECONDS"] = "2"  # on Redis, a killed replica's lease lasts this long
     return url
 
@@ -44,7 +40,10 @@ def _replica(serve: Callable[..., WebServer], cli: Cli, name: str, **kwargs) -> 
 
 
 def _archive(cli: Cli) -> list[str]:
-    return sorted(p.name for p in (cli.cwd / "archive").glob("*.json"))
+    """The keys of the archived reports (in PostgreSQL: no replica or command wrote a file)."""
+    for place in (cli.data_dir, cli.cwd / "host-1", cli.cwd / "host-2"):
+        assert not list(place.glob("reports/*.json")), place
+    return sorted(r["key"] for r in cli.ok("reports", "list", "--json").json())
 
 
 def _decide(api: httpx.Client, thread: str) -> httpx.Response:
@@ -107,7 +106,7 @@ def test_two_replicas_share_sessions_approvers_and_one_report(
     codes = sorted(r.status_code for r in responses)
     assert codes == [200] + [409] * 15, [r.text for r in responses]
     key = next(r.json()["archive_key"] for r in responses if r.status_code == 200)
-    assert _archive(cli) == [f"{key}.json"]
+    assert _archive(cli) == [key]
     assert cli.ok("status", thread, "--json").json()["status"] == "published"
     actions = [e["action"] for e in cli.ok("audit", "list", "--thread", thread, "--json").json()]
     assert actions == ["approved", "published"]
@@ -153,8 +152,8 @@ def test_a_replica_killed_during_an_approval_is_finished_by_the_other_with_one_r
             finished = _decide(api, thread)
     assert finished.status_code == 200, finished.text
     key = finished.json()["archive_key"]
-    assert _archive(cli) == [f"{key}.json"]
-    assert json.loads((cli.cwd / "archive" / f"{key}.json").read_text())["thread_id"] == thread
+    assert _archive(cli) == [key]
+    assert cli.ok("reports", "show", key, "--json").json()["thread_id"] == thread
     assert cli.ok("status", thread, "--json").json()["status"] == "published"
     published = [
         e for e in cli.ok("audit", "list", "--thread", thread, "--json").json() if e["action"] == "published"
