@@ -7,7 +7,7 @@ COPY pyproject.toml README.md LICENSE ./
 COPY src ./src
 COPY graphs ./graphs
 RUN pip install --no-cache-dir . && useradd --create-home analyst \
-    && install -d -o analyst -m 0700 /var/lib/market-analyst /srv/reports
+    && install -d -o analyst -m 0700 /var/lib/market-analyst
 USER analyst
 ENTRYPOINT ["market-analyst"]
 CMD ["--help"]

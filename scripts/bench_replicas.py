@@ -69,27 +69,29 @@ def run(n: int) -> None:
         root = Path(tmp)
         base = _environment(root / "data")
         uri = embedded_postgres_uri(Settings.load(environ=base, dotenv=None).postgres_dir)
-        env = base | {"POSTGRES_URL": uri, "MA_RECORDS": "postgres"}
-        settings = Settings.load(environ=env, dotenv=None)
-        token = add_approver(settings, "bench")
-        started = time.perf_counter()
-        views = [start_analysis(settings, "NVDA", thread_id=f"r-{i}") for i in range(2 * n)]
-        threads = [(v.thread_id, str((v.draft or {})["draft_id"])) for v in views]
-        print(f"  drafted {2 * n} threads in {time.perf_counter() - started:.1f} s")
-        servers: list[subprocess.Popen[bytes]] = []
         try:
-            urls = []
-            for name in ("host-1", "host-2"):
-                server, url = _start_server(env | {"MA_DATA_DIR": str(root / name)}, root / f"{name}.log")
-                servers.append(server)
-                urls.append(url)
-            one = _line("one replica", *_approve_all(urls[:1], token, threads[:n]))
-            two = _line("two replicas", *_approve_all(urls, token, threads[n:]))
-        finally:
-            for server in servers:
-                server.terminate()
-                server.wait(timeout=30)
-        published = len(open_archive(settings).list().reports)
-        assert published == 2 * n, f"{published} reports for {2 * n} approvals"
-        discard_embedded_postgres(settings.postgres_dir)
+            env = base | {"POSTGRES_URL": uri, "MA_RECORDS": "postgres"}
+            settings = Settings.load(environ=env, dotenv=None)
+            token = add_approver(settings, "bench")
+            started = time.perf_counter()
+            views = [start_analysis(settings, "NVDA", thread_id=f"r-{i}") for i in range(2 * n)]
+            threads = [(v.thread_id, str((v.draft or {})["draft_id"])) for v in views]
+            print(f"  drafted {2 * n} threads in {time.perf_counter() - started:.1f} s")
+            servers: list[subprocess.Popen[bytes]] = []
+            try:
+                urls = []
+                for name in ("host-1", "host-2"):
+                    server, url = _start_server(env | {"MA_DATA_DIR": str(root / name)}, root / f"{name}.log")
+                    servers.append(server)
+                    urls.append(url)
+                one = _line("one replica", *_approve_all(urls[:1], token, threads[:n]))
+                two = _line("two replicas", *_approve_all(urls, token, threads[n:]))
+            finally:
+                for server in servers:
+                    server.terminate()
+                    server.wait(timeout=30)
+            published = len(open_archive(settings).list().reports)
+            assert published == 2 * n, f"{published} reports for {2 * n} approvals"
+        finally:  # stopped and deleted even when a step fails
+            discard_embedded_postgres(Settings.load(environ=base, dotenv=None).postgres_dir)
     print(f"  ratio: two replicas approve {two / one:.2f}x as many a second as one")
