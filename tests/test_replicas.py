@@ -96,6 +96,17 @@ def test_two_replicas_share_sessions_approvers_and_one_report(
     assert [api.get("/api/threads").status_code for api in apis] == [401, 401]
     assert not _works(_on(one, carol_cookie)) and not _works(_on(two, carol_cookie))
 
+    # Failed sign-ins count against one limit whichever replica they reach (five per token ID a minute).
+    dan = cli.ok("approvers", "add", "dan").stdout.strip()
+    guess = dan.split(".")[0] + "." + "x" * 43
+    codes = [(one, two)[n % 2].client(guess).get("/api/threads").status_code for n in range(6)]
+    assert codes == [401] * 5 + [429], codes
+    assert two.client(dan).get("/api/threads").status_code == 429  # not verified: the limit holds
+    assert [server.client().get("/healthz").json()["checks"]["records"] for server in (one, two)] == [
+        "ok",
+        "ok",
+    ]
+
     # Sixteen approvals of one thread at once, eight through each replica: one report.
     def approve(n: int) -> httpx.Response:
         with (one if n % 2 else two).client(bob) as api:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from market_analyst.deps import open_archive, open_profiles
+from market_analyst.deps import open_approvers, open_archive, open_profiles
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.ports import ThreadQuery
 from market_analyst.settings import Settings
@@ -102,7 +102,8 @@ def report_by_key(settings: Settings, key: str) -> dict[str, Any] | None:
 
 
 def check_stores(settings: Settings) -> dict[str, str]:
-    """ "ok", or one line saying what is wrong, for the checkpointer, the profile store and the archive."""
+    """ "ok", or one line saying what is wrong, for the checkpointer, the profile store, the archive and
+    (with `MA_RECORDS=postgres`) the records database."""
     results: dict[str, str] = {}
     try:
         with open_run(settings):
@@ -118,4 +119,10 @@ def check_stores(settings: Settings) -> dict[str, str]:
         results["archive"] = open_archive(settings).check()
     except (UserError, ServiceUnavailable) as exc:
         results["archive"] = str(exc)
+    if settings.records == "postgres":  # the approvers, sessions and audit log, apart from the archive
+        try:
+            open_approvers(settings).list()
+            results["records"] = "ok"
+        except (UserError, ServiceUnavailable) as exc:
+            results["records"] = str(exc)
     return results
