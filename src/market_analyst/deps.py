@@ -9,6 +9,7 @@ This is the one door to the adapters (`persistence`, `services`): the import con
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from market_analyst.decisions import DecisionPolicy
 from market_analyst.errors import UserError
@@ -27,6 +28,9 @@ from market_analyst.persistence.profiles.store import Migration, ProfileStore
 from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, ReportStore, ReportSummary
 from market_analyst.settings import Settings
 
+if TYPE_CHECKING:
+    from market_analyst.persistence.archive.postgres import CopyCounts as ArchiveCopy
+
 __all__ = [
     "Approver",
     "ApproverStore",
@@ -42,6 +46,7 @@ __all__ = [
     "SignInLimits",
     "build_deps",
     "check_analyst",
+    "copy_archive_to_records",
     "decision_policy",
     "embedded_server",
     "open_analyst",
@@ -115,6 +120,17 @@ def open_archive(settings: Settings) -> ReportStore:
 
         return PostgresArchive(settings)
     return ReportArchive(settings.archive_dir)
+
+
+def copy_archive_to_records(
+    settings: Settings, progress: Callable[[ArchiveCopy], None] | None = None
+) -> tuple[ArchiveCopy, str, str]:
+    """Copy the directory archive (`MA_ARCHIVE_DIR`) into the records database, whatever
+    `MA_RECORDS` says, reading the directory only: the counts, and where from and to."""
+    from market_analyst.persistence.archive.postgres import PostgresArchive
+
+    source, target = ReportArchive(settings.archive_dir), PostgresArchive(settings)
+    return target.copy_from(source, progress=progress), source.location, target.location
 
 
 def open_approvers(settings: Settings) -> Approvers:

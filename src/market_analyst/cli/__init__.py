@@ -20,7 +20,7 @@ import typer
 # typer 0.29+ vendors click, and only there are its usage errors reachable.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
-from market_analyst.cli import approvers, audit, db, operate, profile, reports, runs, serve
+from market_analyst.cli import approvers, audit, db, operate, profile, records, reports, runs, serve
 from market_analyst.cli.output import guard_output
 from market_analyst.errors import USER_ERROR_EXIT, RunStopped, ServiceUnavailable, UserError
 
@@ -41,6 +41,7 @@ app.add_typer(db.app, name="db")
 app.add_typer(profile.app, name="profile")
 app.add_typer(approvers.app, name="approvers")
 app.add_typer(audit.app, name="audit")
+app.add_typer(records.app, name="records")
 app.command()(serve.serve)
 
 
