@@ -180,3 +180,13 @@ def test_migrate_errors_are_one_line(cli: Cli, tmp_path: Path):
         "records", "migrate", "--to", "postgres", extra_env={"POSTGRES_URL": "postgresql://u@127.0.0.1:9/x"}
     )
     assert down.returncode == 69 and "cannot connect to PostgreSQL" in down.stderr
+
+
+def test_migrate_refuses_a_session_secret_the_database_has_of_its_own(cli: Cli):
+    files_secret = open_approvers(Settings.load(environ=cli.env, dotenv=None)).session_secret()
+    postgres = open_approvers(Settings.load(environ=cli.env | {"MA_RECORDS": "postgres"}, dotenv=None))
+    database_secret = postgres.session_secret()
+    assert database_secret != files_secret
+    result = cli.fails("records", "migrate", "--to", "postgres")
+    assert result.returncode == 2 and "session secret of its own" in result.stderr
+    assert postgres.session_secret() == database_secret  # not overwritten
