@@ -50,6 +50,16 @@ def bench_archive(n: int | None) -> bool:
     return True
 
 
+def bench_archive_postgres(n: int | None) -> bool:
+    """`reports list` and `reports search` over 100,000 reports by default, in the directory archive
+    and in PostgreSQL (`MA_RECORDS=postgres`), p50 side by side; no target is set, the ratio is
+    reported."""
+    import bench_archive
+
+    bench_archive.run_postgres(n or 100_000)
+    return True
+
+
 def bench_approvals(n: int | None) -> bool:
     """An approval through a warm `market-analyst serve` against `market-analyst approve` in a process
     of its own (100 of each by default); no target is set, both are reported."""
@@ -81,14 +91,25 @@ def bench_memory(n: int | None) -> bool:
     return met
 
 
+def bench_replicas(n: int | None) -> bool:
+    """Approvals (64 of each by default) through two `serve` replicas on one PostgreSQL records
+    database and checkpointer, against one replica; no target is set, both are reported."""
+    import bench_replicas
+
+    bench_replicas.run(n or 64)
+    return True
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
     "profile-open": bench_profile_open,
     "analyze-start": bench_analyze_start,
     "archive": bench_archive,
+    "archive-postgres": bench_archive_postgres,
     "threads": bench_threads,
     "approvals": bench_approvals,
     "memory": bench_memory,
+    "replicas": bench_replicas,
 }
 
 

@@ -1,5 +1,7 @@
 """Archive bench: `reports list` and `reports search` over N archived reports, side by side with a
-naive reader that parses every file on each call (the approach of the project this one is based on)."""
+naive reader that parses every file on each call (the approach of the project this one is based on);
+and (`run_postgres`) the directory archive against the PostgreSQL one (`MA_RECORDS=postgres`) at the
+same size, filled by `records migrate`'s own copy."""
 
 from __future__ import annotations
 
@@ -137,6 +139,61 @@ def run(n: int = 10_000, repeat: int = 5) -> None:
                 f"  {name:<30} {len(got):>6} shown  indexed {t_index * 1000:8.1f} ms  "
                 f"naive {t_naive * 1000:8.1f} ms  ratio {t_naive / t_index:6.1f}x"
             )
+
+
+def run_postgres(n: int = 100_000, repeat: int = 5) -> None:
+    """The same reports in the directory archive and in PostgreSQL (an embedded server of its own),
+    each listing timed at its p50 on both, side by side; both must give the same answer."""
+    from market_analyst.persistence.archive.postgres import PostgresArchive
+    from market_analyst.services import discard_embedded_postgres, embedded_postgres_uri
+    from market_analyst.settings import Settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = ReportArchive(Path(tmp) / "reports")
+        start = time.perf_counter()
+        fill(directory, n)
+        print(f"archive-postgres: {n:,} archived reports, the directory archive against PostgreSQL")
+        print(f"  wrote the directory in {time.perf_counter() - start:.1f} s")
+        cold, _ = median_time(lambda: directory.list(), 1)
+        print(f"  first directory listing, which builds its index: {cold:.1f} s")
+        pgdata = Path(tmp) / "server"
+        try:
+            environ = {
+                "MA_DATA_DIR": str(Path(tmp) / "data"),
+                "POSTGRES_URL": embedded_postgres_uri(pgdata),
+                "MA_RECORDS": "postgres",
+            }
+            postgres = PostgresArchive(Settings.load(environ=environ, dotenv=None))
+            start = time.perf_counter()
+            counts = postgres.copy_from(directory)
+            took = time.perf_counter() - start
+            assert counts.copied == n and not counts.conflicts and not counts.unreadable, counts
+            print(
+                f"  records migrate copied them into PostgreSQL in {took:.1f} s "
+                f"({n / took:,.0f} reports/s, each checked byte for byte)"
+            )
+            print(
+                f"  p50 of {repeat}, newest {PAGE} shown; "
+                "PostgreSQL opens a connection per call, as a command does"
+            )
+            cases = [
+                ("reports list", {}),
+                ("reports search --ticker NVDA", {"ticker": "NVDA"}),
+                ("reports search --user user7", {"user_id": "user7"}),
+                ("reports search 'trend: up'", {"text": "trend: up"}),
+            ]
+            for name, filters in cases:
+                t_dir, want = median_time(lambda f=filters: directory.search(limit=PAGE, **f), repeat)
+                t_pg, got = median_time(lambda f=filters: postgres.search(limit=PAGE, **f), repeat)
+                assert [r.key for r in got.reports] == [r.key for r in want.reports], name
+                assert got.more == want.more, name
+                print(
+                    f"  {name:<30} {len(got.reports):>3} shown of {len(got.reports) + got.more:>7,}  "
+                    f"directory {t_dir * 1000:8.1f} ms  postgres {t_pg * 1000:8.1f} ms  "
+                    f"ratio {t_dir / t_pg:5.2f}x"
+                )
+        finally:
+            discard_embedded_postgres(pgdata)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,9 @@ def test_make_crash_soak_runs_and_summarises(tmp_path):
 def test_make_bench_runs_every_section():
     """The README's bench command on small data (the real sizes take minutes; see the README)."""
     result = run_make(
-        "bench", "BENCH_ARGS=--n 300 profiles profile-open analyze-start archive threads", timeout=300
+        "bench",
+        "BENCH_ARGS=--n 300 profiles profile-open analyze-start archive archive-postgres threads",
+        timeout=300,
     )
     assert "profiles: 300 stored profiles" in result.stdout
     # The two embedded engines side by side: a fresh process opening the store, and analyze to the gate.
@@ -103,6 +105,8 @@ def test_make_bench_runs_every_section():
     assert "open + read one profile" in result.stdout and "Qdrant Edge is" in result.stdout
     assert "analyze-start:" in result.stdout and "process start to gate" in result.stdout
     assert "reports search --ticker NVDA" in result.stdout and "ratio" in result.stdout
+    assert "archive-postgres: 300 archived reports" in result.stdout
+    assert "reports search 'trend: up'" in result.stdout and "postgres" in result.stdout
     assert "threads: 'threads --pending' over 300 threads" in result.stdout
     assert "postgres  index" in result.stdout and "redis     index" in result.stdout
     # Each approval through the CLI is a process of its own (seconds), so this section runs three.
@@ -114,6 +118,9 @@ def test_make_bench_runs_every_section():
     assert "memory: recall over 300 memories on Qdrant Edge" in result.stdout
     assert "open shard p50" in result.stdout and "bytes on disk a memory" in result.stdout
     assert "one memory a write" in result.stdout and "a fresh process recalls" in result.stdout
+    result = run_make("bench", "BENCH_ARGS=replicas --n 4", timeout=300)
+    assert "one replica" in result.stdout and "two replicas" in result.stdout
+    assert "ratio: two replicas approve" in result.stdout
 
 
 def test_the_licence_covers_the_code_and_names_the_data_licence():

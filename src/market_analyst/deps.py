@@ -9,15 +9,16 @@ This is the one door to the adapters (`persistence`, `services`): the import con
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from market_analyst.decisions import DecisionPolicy
 from market_analyst.errors import UserError
 from market_analyst.persistence.approvals.approvers import Approver, ApproverStore
 from market_analyst.persistence.approvals.audit import AuditLog
+from market_analyst.persistence.approvals.protocols import Approvers, AuditRecords, Sessions, SignInFailures
 from market_analyst.persistence.approvals.sessions import SessionRecord, SessionStore
 from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
 from market_analyst.persistence.archive.directory import ReportArchive
-from market_analyst.persistence.archive.index import ReportSummary
 from market_analyst.persistence.checkpoints.factory import (
     embedded_server,
     open_checkpointer,
@@ -26,20 +27,29 @@ from market_analyst.persistence.checkpoints.factory import (
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
-from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
+from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, ReportStore, ReportSummary
 from market_analyst.settings import Settings
+
+if TYPE_CHECKING:
+    from market_analyst.persistence.archive.postgres import CopyCounts as ArchiveCopy
 
 __all__ = [
     "Approver",
     "ApproverStore",
+    "Approvers",
     "AuditLog",
+    "AuditRecords",
     "Migration",
     "ReportSummary",
     "SessionRecord",
     "SessionStore",
+    "Sessions",
+    "SignInFailures",
     "SignInLimits",
     "build_deps",
     "check_analyst",
+    "copy_approvals_to_records",
+    "copy_archive_to_records",
     "decision_policy",
     "embedded_server",
     "open_analyst",
@@ -53,6 +63,7 @@ __all__ = [
     "open_profiles",
     "open_sessions",
     "open_sign_in_limits",
+    "records_location",
     "stop_embedded_server",
 ]
 
@@ -106,32 +117,86 @@ def open_market_data(settings: Settings) -> MarketDataProvider:
     return YFinanceProvider()
 
 
-def open_archive(settings: Settings) -> ReportArchive:
-    """The report archive in `MA_ARCHIVE_DIR` (default: `reports/` in the data directory)."""
+def open_archive(settings: Settings) -> ReportStore:
+    """The report archive: in the records database with `MA_RECORDS=postgres`, else the directory
+    `MA_ARCHIVE_DIR` (default: `reports/` in the data directory). Opens nothing until it is used."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.archive.postgres import PostgresArchive
+
+        return PostgresArchive(settings)
     return ReportArchive(settings.archive_dir)
 
 
-def open_approvers(settings: Settings) -> ApproverStore:
-    """The web inbox's approvers and its session secret, in the data directory."""
+def copy_archive_to_records(
+    settings: Settings, progress: Callable[[ArchiveCopy], None] | None = None
+) -> tuple[ArchiveCopy, str, str]:
+    """Copy the directory archive (`MA_ARCHIVE_DIR`) into the records database, whatever
+    `MA_RECORDS` says, reading the directory only: the counts, and where from and to."""
+    from market_analyst.persistence.archive.postgres import PostgresArchive
+
+    source, target = ReportArchive(settings.archive_dir), PostgresArchive(settings)
+    return target.copy_from(source, progress=progress), source.location, target.location
+
+
+def copy_approvals_to_records(settings: Settings) -> dict[str, tuple[int, int]]:
+    """Copy the data directory's approvers (names, roles, token hashes), the session secret and the
+    audit log (entries in order, the chain verified before and after) into the records database,
+    whatever `MA_RECORDS` says, reading the files only: (copied, already present) per store."""
+    from market_analyst.persistence.approvals.copy import copy_approvers, copy_audit
+    from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
+    from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+
+    return {
+        "approvers": copy_approvers(ApproverStore(settings.data_dir), PostgresApproverStore(settings)),
+        "audit": copy_audit(AuditLog(settings.data_dir / "audit"), PostgresAuditLog(settings)),
+    }
+
+
+def records_location(settings: Settings) -> str:
+    """Where the records database is, for messages, without its password."""
+    from market_analyst.persistence.records import records_location as location
+
+    return location(settings)
+
+
+def open_approvers(settings: Settings) -> Approvers:
+    """The web inbox's approvers and its session secret: in the data directory, or in the PostgreSQL
+    records database with `MA_RECORDS=postgres`."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
+
+        return PostgresApproverStore(settings)
     return ApproverStore(settings.data_dir)
 
 
-def open_sessions(settings: Settings) -> SessionStore:
-    """The web inbox's signed-in sessions, in the data directory (shared by every server process)."""
-    return SessionStore(
-        settings.data_dir,
-        idle=settings.session_idle.total_seconds(),
-        lifetime=settings.session_max.total_seconds(),
-    )
+def open_sessions(settings: Settings) -> Sessions:
+    """The web inbox's signed-in sessions, shared by every server process: in the data directory (one
+    host), or in the records database with `MA_RECORDS=postgres` (every host)."""
+    idle, lifetime = settings.session_idle.total_seconds(), settings.session_max.total_seconds()
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore
+
+        return PostgresSessionStore(settings, idle=idle, lifetime=lifetime)
+    return SessionStore(settings.data_dir, idle=idle, lifetime=lifetime)
 
 
-def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> SignInLimits:
-    """The failed sign-ins every server process counts against, in the data directory."""
+def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> SignInFailures:
+    """The failed sign-ins every server process counts against: in the data directory, or in the
+    records database with `MA_RECORDS=postgres`."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_sessions import PostgresSignInLimits
+
+        return PostgresSignInLimits(settings, limit=limit, window=window)
     return SignInLimits(settings.data_dir, limit=limit, window=window)
 
 
-def open_audit(settings: Settings) -> AuditLog:
-    """The audit log of decisions and publications, in the data directory's `audit/`."""
+def open_audit(settings: Settings) -> AuditRecords:
+    """The audit log of decisions and publications: the data directory's `audit/`, or the records
+    database with `MA_RECORDS=postgres`."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+
+        return PostgresAuditLog(settings)
     return AuditLog(settings.data_dir / "audit")
 
 

@@ -35,7 +35,7 @@ def _print_listing(
         emit_json([r.to_json() for r in listing.reports])
         return
     if not listing.reports:
-        print(f"No matching reports in {listing.root}.", file=sys.stderr)
+        print(f"No matching reports in {listing.location}.", file=sys.stderr)
     for r in listing.reports:
         print(
             f"{r.key}  {r.ticker:<6} {r.recommendation:<5} {r.created_at}  "

@@ -37,8 +37,10 @@ def serve(
     """Serve the approval inbox and its JSON API until interrupted."""
     from market_analyst.web.server import check_binding, warm_up
     from market_analyst.web.server import serve as run_server
+    from market_analyst.workflow.replicas import sharing_notes
 
     settings = load_settings()
+    notes = sharing_notes(settings)
     proxies = set(settings.trusted_proxies) | set(trusted_proxy)
     if behind_proxy and not proxies:
         proxies = set(LOOPBACK_PROXIES)
@@ -60,6 +62,8 @@ def serve(
             "name clients use (other Host headers get 400)",
             file=sys.stderr,
         )
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if count == 0:
         print("No approvers yet: add one with 'market-analyst approvers add NAME'.", file=sys.stderr)
     for store, problem in warm_up(settings).items():

@@ -21,7 +21,7 @@ from market_analyst.decisions import (
 from market_analyst.deps import decision_policy
 from market_analyst.errors import RunStopped, ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.settings import Settings
-from market_analyst.workflow.approvers import ApproverStore, approver_store
+from market_analyst.workflow.approvers import Approvers, approver_store
 from market_analyst.workflow.audit import audit_entries
 from market_analyst.workflow.inbox import (
     PendingDraft,
@@ -37,7 +37,7 @@ from market_analyst.workflow.runs import decide
 from market_analyst.workflow.stores import ReportListing, ReportSummary, find_reports
 from market_analyst.workflow.views import ThreadView
 
-__all__ = ["ApproverStore", "PendingDraft", "Refusal", "ReportSummary", "ThreadDetails", "ThreadView"]
+__all__ = ["Approvers", "PendingDraft", "Refusal", "ReportSummary", "ThreadDetails", "ThreadView"]
 
 # The longest note, reason or feedback a request may carry: a paragraph or two, not a document.
 MAX_TEXT = 2000
@@ -112,7 +112,7 @@ def health(settings: Settings) -> dict[str, str]:
     return check_stores(settings)
 
 
-def approvers(settings: Settings) -> ApproverStore:
+def approvers(settings: Settings) -> Approvers:
     """The approvers' store, kept by the server for its lifetime (it holds no file open)."""
     return approver_store(settings)
 

@@ -18,7 +18,7 @@ class WebContext:
     """The server's shared parts, kept on `app.state.web`."""
 
     settings: Settings
-    store: actions.ApproverStore
+    store: actions.Approvers
     gate: Gate
     sessions: Sessions
 

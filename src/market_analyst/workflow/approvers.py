@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-from market_analyst.deps import Approver, ApproverStore, SessionRecord, open_approvers, open_sessions
+from market_analyst.deps import Approver, Approvers, SessionRecord, open_approvers, open_sessions
 from market_analyst.errors import UserError
 from market_analyst.settings import Settings
 
 __all__ = [
     "Approver",
-    "ApproverStore",
+    "Approvers",
     "SessionRecord",
     "add_approver",
     "approver_store",
@@ -71,6 +71,6 @@ def revoke_sessions(settings: Settings, name: str, label: str | None = None) -> 
     return [s for s in chosen if store.revoke(s.key)]
 
 
-def approver_store(settings: Settings) -> ApproverStore:
+def approver_store(settings: Settings) -> Approvers:
     """The store a server keeps for its lifetime: it opens the file on each use, never holds it."""
     return open_approvers(settings)

@@ -3,12 +3,10 @@ has had, one archived report, and whether the stores answer. Decisions go throug
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from market_analyst.deps import open_archive, open_profiles
+from market_analyst.deps import open_approvers, open_archive, open_profiles
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.ports import ThreadQuery
 from market_analyst.settings import Settings
@@ -103,15 +101,9 @@ def report_by_key(settings: Settings, key: str) -> dict[str, Any] | None:
     return open_archive(settings).get(key)
 
 
-def _writable(root: Path) -> bool:
-    """Whether the archive can be written: the directory, or the nearest ancestor that would hold it."""
-    while not root.exists():
-        root = root.parent
-    return root.is_dir() and os.access(root, os.W_OK | os.X_OK)
-
-
 def check_stores(settings: Settings) -> dict[str, str]:
-    """ "ok", or one line saying what is wrong, for the checkpointer, the profile store and the archive."""
+    """ "ok", or one line saying what is wrong, for the checkpointer, the profile store, the archive and
+    (with `MA_RECORDS=postgres`) the records database."""
     results: dict[str, str] = {}
     try:
         with open_run(settings):
@@ -123,6 +115,14 @@ def check_stores(settings: Settings) -> dict[str, str]:
         results["profiles"] = "ok"
     except (UserError, ServiceUnavailable) as exc:
         results["profiles"] = str(exc)
-    root = open_archive(settings).root
-    results["archive"] = "ok" if _writable(root) else f"cannot write to archive directory {root}"
+    try:
+        results["archive"] = open_archive(settings).check()
+    except (UserError, ServiceUnavailable) as exc:
+        results["archive"] = str(exc)
+    if settings.records == "postgres":  # the approvers, sessions and audit log, apart from the archive
+        try:
+            open_approvers(settings).list()
+            results["records"] = "ok"
+        except (UserError, ServiceUnavailable) as exc:
+            results["records"] = str(exc)
     return results

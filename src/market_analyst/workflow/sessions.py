@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 from market_analyst.deps import (
     Approver,
-    ApproverStore,
+    Approvers,
     SessionRecord,
-    SessionStore,
-    SignInLimits,
+    Sessions,
+    SignInFailures,
     open_approvers,
     open_sessions,
     open_sign_in_limits,
@@ -85,10 +85,10 @@ class Gate:
     """What a web server signs approvers in with: the approvers, the failure counts and the
     sessions, all in stores shared with every other server process and the command line."""
 
-    approvers: ApproverStore
-    limits: SignInLimits
-    everyone: SignInLimits
-    sessions: SessionStore
+    approvers: Approvers
+    limits: SignInFailures
+    everyone: SignInFailures
+    sessions: Sessions
 
     @classmethod
     def open(cls, settings: Settings) -> Gate:

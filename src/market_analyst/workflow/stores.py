@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from market_analyst.deps import (
@@ -36,7 +35,7 @@ class ReportListing:
 
     reports: list[ReportSummary]
     problems: list[str]
-    root: Path
+    location: str  # the archive directory, or the records database
     more: int = 0
 
 
@@ -53,7 +52,7 @@ def find_reports(
         raise UserError(f"--limit must be at least 1 (got {limit})")
     archive = open_archive(settings)
     listing = archive.search(ticker=ticker, user_id=user, text=text, limit=limit)
-    return ReportListing(listing.reports, listing.problems, archive.root, listing.more)
+    return ReportListing(listing.reports, listing.problems, archive.location, listing.more)
 
 
 def read_report(settings: Settings, key: str) -> dict[str, Any]:
@@ -62,7 +61,7 @@ def read_report(settings: Settings, key: str) -> dict[str, Any]:
     document = archive.get(key)
     if document is None:
         raise UserError(
-            f"no report with key {key!r} in {archive.root} (list them with: market-analyst reports list)"
+            f"no report with key {key!r} in {archive.location} (list them with: market-analyst reports list)"
         )
     return document
 

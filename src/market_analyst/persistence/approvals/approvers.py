@@ -195,6 +195,11 @@ class ApproverStore:
         entry = self._entries().get(name)
         return None if entry is None else str(entry.get("role", "approver"))
 
+    def stored(self) -> list[dict[str, Any]]:
+        """Every approver's entry as stored (with its token hash, never a token), by name: what a copy
+        carries over."""
+        return [dict(entry) for _, entry in sorted(self._entries().items())]
+
     def list(self) -> list[Approver]:
         """Every approver, by name."""
         return [self._approver(e) for e in sorted(self._entries().values(), key=lambda e: e["name"])]
@@ -268,6 +273,13 @@ class ApproverStore:
         return Approver(entry["name"], entry["token_id"], entry["created_at"], entry.get("role", "approver"))
 
     # -- the session secret -----------------------------------------------------------------------
+
+    def stored_session_secret(self) -> str | None:
+        """The session secret if one was made (None otherwise); makes none."""
+        try:
+            return (self.root / "session-secret").read_text().strip() or None
+        except FileNotFoundError:
+            return None
 
     def session_secret(self) -> str:
         """The key that signs session cookies: made once (0600) and kept; delete the file to sign

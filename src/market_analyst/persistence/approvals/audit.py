@@ -148,8 +148,6 @@ class AuditLog:
     def append(self, event: AuditEvent) -> dict[str, Any]:
         """Append `event` as the next entry of the chain and return it; an event whose `event_id` the
         log holds already is not appended again (the earlier entry is returned)."""
-        fields = asdict(event)
-        personal = {name: fields.pop(name) for name in PERSONAL_FIELDS}
         with self._locked():
             lines = self._lines()
             entries = [self._parse(line, i + 1) for i, line in enumerate(lines)]
@@ -157,14 +155,7 @@ class AuditLog:
                 if entry.get("event_id") == event.event_id:
                     return entry
             last = entries[-1] if entries else None
-            entry = {
-                "seq": (int(last["seq"]) + 1) if last else 1,
-                **fields,
-                "personal": personal,
-                "personal_hash": _digest(personal),
-                "prev": str(last["hash"]) if last else GENESIS,
-            }
-            entry["hash"] = entry_hash(entry)
+            entry = next_entry(event, last)
             self._append_line(entry)
             if last is None:
                 fsync_dir(self.root)
@@ -177,15 +168,7 @@ class AuditLog:
         with self._locked():
             lines = self._lines()
             entries = [self._parse(line, i + 1) for i, line in enumerate(lines)]
-            erased: list[int] = []
-            for entry in entries:
-                personal = entry.get("personal") or {}
-                if personal.get("erased"):
-                    continue
-                names = {personal.get("requester"), *(str(personal.get("actor") or "").split(", "))}
-                if user_id in names:
-                    entry["personal"] = {"erased": True}
-                    erased.append(int(entry["seq"]))
+            erased = erase_personal(entries, user_id)
             if not erased:
                 return 0
             body = b"".join(_canonical(entry) + b"\n" for entry in entries)
@@ -198,20 +181,7 @@ class AuditLog:
                 os.close(fd)
             os.replace(tmp, self.path)
             fsync_dir(self.root)
-            last = entries[-1]
-            personal = {"actor": None, "requester": None, "note": ""}
-            marker = {
-                "seq": int(last["seq"]) + 1,
-                "event_id": f"erasure:{_digest([at, erased])[:32]}",
-                "action": "erased",
-                "at": at,
-                "erased_seqs": erased,
-                "personal": personal,
-                "personal_hash": _digest(personal),
-                "prev": str(last["hash"]),
-            }
-            marker["hash"] = entry_hash(marker)
-            self._append_line(marker)
+            self._append_line(erasure_entry(entries[-1], erased, at))
         return len(erased)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -226,65 +196,14 @@ class AuditLog:
             found.append(flatten(entry))
         return found
 
+    def stored(self) -> list[dict[str, Any]]:
+        """Every entry as stored (personal content apart), in order: what a copy carries over."""
+        return [self._parse(line, number) for number, line in enumerate(self._lines(), start=1)]
+
     def verify(self) -> Verification:
         """Recompute the chain: each entry's number, link, hash and personal digest, every erasure
         accounted for by an erasure entry, and the head. Names the first entry that does not match."""
-        lines = self._lines()
-        previous = GENESIS
-        erased_markers: set[int] = set()
-        erased_claimed: set[int] = set()
-        for index, line in enumerate(lines):
-            expected_seq = index + 1
-            try:
-                entry = json.loads(line)
-                assert isinstance(entry, dict)
-            except (ValueError, AssertionError):
-                return Verification(index, 0, f"entry {expected_seq} is not valid JSON", expected_seq)
-            seq = entry.get("seq")
-            if seq != expected_seq:
-                later = (f'"seq":{expected_seq},'.encode() in rest for rest in lines[index + 1 :])
-                what = (
-                    f"entry {expected_seq} is out of order (found entry {seq} in its place)"
-                    if any(later)
-                    else f"entry {expected_seq} is missing (found entry {seq} in its place)"
-                )
-                return Verification(index, 0, what, expected_seq)
-            if entry.get("prev") != previous:
-                return Verification(
-                    index, 0, f"entry {seq} does not follow entry {seq - 1} (its link does not match)", seq
-                )
-            if entry.get("hash") != entry_hash(entry):
-                return Verification(index, 0, f"entry {seq} was changed (its hash does not match)", seq)
-            personal = entry.get("personal")
-            if personal == {"erased": True}:
-                erased_markers.add(seq)
-            elif _digest(personal) != entry.get("personal_hash"):
-                return Verification(
-                    index, 0, f"entry {seq} was changed (its personal content does not match)", seq
-                )
-            if entry.get("action") == "erased":
-                erased_claimed.update(int(s) for s in entry.get("erased_seqs") or [])
-            previous = str(entry["hash"])
-        head = self._head()
-        if head is not None and (head.get("seq") != len(lines) or head.get("hash") != previous):
-            return Verification(
-                len(lines),
-                len(erased_markers),
-                f"the log ends at entry {len(lines)}, but entry {head.get('seq')} was the last one written: "
-                "entries were removed from its end",
-                len(lines) + 1,
-            )
-        if head is None and lines:
-            return Verification(
-                len(lines), len(erased_markers), "the log's head record (audit.head) is missing"
-            )
-        unaccounted = sorted(erased_markers - erased_claimed)
-        if unaccounted:
-            first = unaccounted[0]
-            return Verification(
-                len(lines), 0, f"entry {first} was erased without an erasure entry recording it", first
-            )
-        return Verification(len(lines), len(erased_markers))
+        return verify_chain(self._lines(), self._head(), "the log's head record (audit.head) is missing")
 
     def _head(self) -> dict[str, Any] | None:
         try:
@@ -297,14 +216,7 @@ class AuditLog:
 
     def export(self, fmt: str) -> str:
         """The whole log as JSON lines (the stored entries, as they are) or CSV (one row an entry)."""
-        if fmt == "jsonl":
-            return "".join(line.decode() + "\n" for line in self._lines())
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        for entry in self.entries():
-            writer.writerow({k: ("" if entry.get(k) is None else entry.get(k)) for k in CSV_FIELDS})
-        return out.getvalue()
+        return export_entries(self._lines(), self.entries() if fmt != "jsonl" else [], fmt)
 
 
 def flatten(entry: dict[str, Any]) -> dict[str, Any]:
@@ -316,3 +228,124 @@ def flatten(entry: dict[str, Any]) -> dict[str, Any]:
         flat[name] = None if erased else personal.get(name)
     flat["erased"] = erased
     return flat
+
+
+def verify_chain(lines: list[bytes], head: dict[str, Any] | None, no_head: str) -> Verification:
+    """Recompute the chain of stored entries `lines` against `head` (the last entry's number and hash,
+    recorded apart; None when there is none, which `no_head` names): what `audit verify` shows."""
+    previous = GENESIS
+    erased_markers: set[int] = set()
+    erased_claimed: set[int] = set()
+    for index, line in enumerate(lines):
+        expected_seq = index + 1
+        try:
+            entry = json.loads(line)
+            assert isinstance(entry, dict)
+        except (ValueError, AssertionError):
+            return Verification(index, 0, f"entry {expected_seq} is not valid JSON", expected_seq)
+        seq = entry.get("seq")
+        if seq != expected_seq:
+            later = (f'"seq":{expected_seq},'.encode() in rest for rest in lines[index + 1 :])
+            what = (
+                f"entry {expected_seq} is out of order (found entry {seq} in its place)"
+                if any(later)
+                else f"entry {expected_seq} is missing (found entry {seq} in its place)"
+            )
+            return Verification(index, 0, what, expected_seq)
+        if entry.get("prev") != previous:
+            return Verification(
+                index, 0, f"entry {seq} does not follow entry {seq - 1} (its link does not match)", seq
+            )
+        if entry.get("hash") != entry_hash(entry):
+            return Verification(index, 0, f"entry {seq} was changed (its hash does not match)", seq)
+        personal = entry.get("personal")
+        if personal == {"erased": True}:
+            erased_markers.add(seq)
+        elif _digest(personal) != entry.get("personal_hash"):
+            return Verification(
+                index, 0, f"entry {seq} was changed (its personal content does not match)", seq
+            )
+        if entry.get("action") == "erased":
+            erased_claimed.update(int(s) for s in entry.get("erased_seqs") or [])
+        previous = str(entry["hash"])
+    if head is not None and (head.get("seq") != len(lines) or head.get("hash") != previous):
+        return Verification(
+            len(lines),
+            len(erased_markers),
+            f"the log ends at entry {len(lines)}, but entry {head.get('seq')} was the last one written: "
+            "entries were removed from its end",
+            len(lines) + 1,
+        )
+    if head is None and lines:
+        return Verification(len(lines), len(erased_markers), no_head)
+    unaccounted = sorted(erased_markers - erased_claimed)
+    if unaccounted:
+        first = unaccounted[0]
+        return Verification(
+            len(lines), 0, f"entry {first} was erased without an erasure entry recording it", first
+        )
+    return Verification(len(lines), len(erased_markers))
+
+
+def erase_personal(entries: list[dict[str, Any]], user_id: str) -> list[int]:
+    """Replace, in place, the personal content of every entry that names `user_id` (as the one who
+    decided or the one it was for) with an erasure marker; the numbers of the entries changed."""
+    erased: list[int] = []
+    for entry in entries:
+        personal = entry.get("personal") or {}
+        if personal.get("erased"):
+            continue
+        names = {personal.get("requester"), *(str(personal.get("actor") or "").split(", "))}
+        if user_id in names:
+            entry["personal"] = {"erased": True}
+            erased.append(int(entry["seq"]))
+    return erased
+
+
+def erasure_entry(last: dict[str, Any], erased: list[int], at: str) -> dict[str, Any]:
+    """The entry that records an erasure of entries `erased`, following `last` in the chain."""
+    personal = {"actor": None, "requester": None, "note": ""}
+    marker = {
+        "seq": int(last["seq"]) + 1,
+        "event_id": f"erasure:{_digest([at, erased])[:32]}",
+        "action": "erased",
+        "at": at,
+        "erased_seqs": erased,
+        "personal": personal,
+        "personal_hash": _digest(personal),
+        "prev": str(last["hash"]),
+    }
+    marker["hash"] = entry_hash(marker)
+    return marker
+
+
+def next_entry(event: AuditEvent, last: dict[str, Any] | None) -> dict[str, Any]:
+    """`event` as the entry that follows `last` (None: the first entry), its hash computed."""
+    fields = asdict(event)
+    personal = {name: fields.pop(name) for name in PERSONAL_FIELDS}
+    entry = {
+        "seq": (int(last["seq"]) + 1) if last else 1,
+        **fields,
+        "personal": personal,
+        "personal_hash": _digest(personal),
+        "prev": str(last["hash"]) if last else GENESIS,
+    }
+    entry["hash"] = entry_hash(entry)
+    return entry
+
+
+def canonical(entry: dict[str, Any]) -> str:
+    """An entry as stored: canonical JSON, one line."""
+    return _canonical(entry).decode()
+
+
+def export_entries(lines: list[bytes], entries: list[dict[str, Any]], fmt: str) -> str:
+    """The stored `lines` as JSON lines, or their flattened `entries` as CSV (one row an entry)."""
+    if fmt == "jsonl":
+        return "".join(line.decode() + "\n" for line in lines)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for entry in entries:
+        writer.writerow({k: ("" if entry.get(k) is None else entry.get(k)) for k in CSV_FIELDS})
+    return out.getvalue()

@@ -3,7 +3,8 @@
 A document's key derives from its operation ID (thread ID + draft ID), which the application owns:
 publishing the same operation again finds the existing document and returns it instead of writing a
 second one; the same operation with different content is refused, never overwritten. The document
-schema is in `archive_document.py`, the listing index in `archive_index.py`.
+schema is in `document.py`, the listing index in `index.py`; `postgres.py` holds the same archive
+in PostgreSQL (`MA_RECORDS=postgres`).
 
 The archive never creates links, so a link inside it is damage: it is neither followed nor listed.
 Files are owner-only (0600 in a 0700 directory).
@@ -51,6 +52,20 @@ class ReportArchive:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.index = ArchiveIndex(root)
+
+    @property
+    def location(self) -> str:
+        """The archive directory, for messages."""
+        return str(self.root)
+
+    def check(self) -> str:
+        """ "ok" when the directory, or the nearest ancestor that would hold it, can be written."""
+        root = self.root
+        while not root.exists():
+            root = root.parent
+        if root.is_dir() and os.access(root, os.W_OK | os.X_OK):
+            return "ok"
+        return f"cannot write to archive directory {self.root}"
 
     # -- keys and paths ---------------------------------------------------------------------------
 

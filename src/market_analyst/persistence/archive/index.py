@@ -12,11 +12,13 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from market_analyst.files import private_file
+from market_analyst.ports import Listing, ReportSummary
+
+__all__ = ["ArchiveIndex", "Listing", "ReportSummary", "search_text"]
 
 INDEX_NAME = ".index.sqlite3"
 _COLUMNS = "key, ticker, user_id, created_at, approved_by, recommendation, as_of, headline"
@@ -28,35 +30,9 @@ _SCHEMA = (
 _INSERT = "INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 
-@dataclass(frozen=True)
-class ReportSummary:
-    """The fields `reports list` and `reports search` show, as the index keeps them."""
-
-    key: str
-    ticker: str
-    user_id: str | None
-    created_at: str
-    approved_by: str
-    recommendation: str
-    as_of: str
-    headline: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The summary as plain data."""
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class Listing:
-    """Summaries of readable documents, one line for each document that could not be read, and how
-    many more matched than were listed."""
-
-    reports: list[ReportSummary]
-    problems: list[str]
-    more: int = 0
-
-
-def _row(key: str, document: dict[str, Any], size: int, mtime_ns: int) -> tuple[Any, ...]:
+def search_text(key: str, document: dict[str, Any]) -> str:
+    """What `reports search` matches text against: the key, ticker, user, headline and Markdown,
+    case-folded (both archives keep the same text, so they find the same reports)."""
     report = document.get("report") or {}
     text = " ".join(
         str(part)
@@ -68,6 +44,11 @@ def _row(key: str, document: dict[str, Any], size: int, mtime_ns: int) -> tuple[
             document.get("markdown"),
         )
     )
+    return text.casefold()
+
+
+def _row(key: str, document: dict[str, Any], size: int, mtime_ns: int) -> tuple[Any, ...]:
+    report = document.get("report") or {}
     return (
         key,
         document.get("ticker", ""),
@@ -77,7 +58,7 @@ def _row(key: str, document: dict[str, Any], size: int, mtime_ns: int) -> tuple[
         report.get("recommendation", ""),
         document.get("as_of", ""),
         report.get("headline", ""),
-        text.casefold(),
+        search_text(key, document),
         size,
         mtime_ns,
     )

@@ -1,0 +1,187 @@
+"""The audit log in the PostgreSQL records database (`MA_RECORDS=postgres`): the same hash chain as
+the file log (`audit.py`), one row an entry, so every host appends to one chain.
+
+A row holds an entry exactly as the file log stores its line (canonical JSON), under its number
+(`seq`, the primary key) and its `event_id` (a unique key: a repeated event is found, not scanned
+for). The head row (`ma_audit_head`) holds the last entry's number and hash, as `audit.head` does;
+an append locks it (`SELECT ... FOR UPDATE`) in the transaction that adds the entry, so any number
+of writers append in one order, and entries cut from the end are noticed by `verify`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from market_analyst.errors import UserError
+from market_analyst.persistence.approvals.audit import (
+    GENESIS,
+    Verification,
+    canonical,
+    erase_personal,
+    erasure_entry,
+    export_entries,
+    flatten,
+    next_entry,
+    verify_chain,
+)
+from market_analyst.persistence.approvals.tables import RecordsTables
+from market_analyst.ports import AuditEvent
+from market_analyst.settings import Settings
+
+COMPONENT = "audit"
+MIGRATIONS = (
+    # One statement a version: the connection prepares every statement it runs.
+    """
+    CREATE TABLE ma_audit_entries (
+        seq bigint PRIMARY KEY,
+        event_id text NOT NULL UNIQUE,
+        thread_id text,
+        body text NOT NULL
+    )
+    """,
+    "CREATE INDEX ma_audit_entries_thread ON ma_audit_entries (thread_id, seq)",
+    """
+    CREATE TABLE ma_audit_head (
+        id integer PRIMARY KEY CHECK (id = 1),
+        seq bigint NOT NULL,
+        hash text NOT NULL
+    )
+    """,
+    "INSERT INTO ma_audit_head (id, seq, hash) VALUES (1, 0, repeat('0', 64))",
+)
+_NO_HEAD = "the log's head row (ma_audit_head) is missing"
+
+
+def _parse(body: str, seq: int) -> dict[str, Any]:
+    try:
+        entry = json.loads(body)
+    except ValueError:
+        entry = None
+    if not isinstance(entry, dict):
+        raise UserError(f"audit entry {seq} is not a JSON object: run 'market-analyst audit verify'")
+    return entry
+
+
+class PostgresAuditLog:
+    """The hash-chained audit log in the records database that `settings` name."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.tables = RecordsTables(settings, COMPONENT, MIGRATIONS)
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def _lock_head(self, cur: Any) -> dict[str, Any] | None:
+        """The last entry's number and hash, locked until the transaction ends (None: no entry)."""
+        cur.execute("SELECT seq, hash FROM ma_audit_head WHERE id = 1 FOR UPDATE")
+        head = cur.fetchone()
+        if head is None:
+            raise UserError(
+                f"the audit log cannot be appended to: {_NO_HEAD}; run 'market-analyst audit verify'"
+            )
+        return None if head["seq"] == 0 else {"seq": int(head["seq"]), "hash": head["hash"]}
+
+    @staticmethod
+    def _insert(cur: Any, entry: dict[str, Any]) -> None:
+        cur.execute(
+            "INSERT INTO ma_audit_entries (seq, event_id, thread_id, body) VALUES (%s, %s, %s, %s)",
+            (entry["seq"], entry["event_id"], entry.get("thread_id"), canonical(entry)),
+        )
+        cur.execute(
+            "UPDATE ma_audit_head SET seq = %s, hash = %s WHERE id = 1", (entry["seq"], entry["hash"])
+        )
+
+    def append(self, event: AuditEvent) -> dict[str, Any]:
+        """Append `event` as the next entry of the chain and return it; an event whose `event_id` the
+        log holds already is not appended again (the earlier entry is returned)."""
+        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            last = self._lock_head(cur)
+            cur.execute("SELECT seq, body FROM ma_audit_entries WHERE event_id = %s", (event.event_id,))
+            found = cur.fetchone()
+            if found is not None:
+                return _parse(found["body"], found["seq"])
+            entry = next_entry(event, last)
+            self._insert(cur, entry)
+        return entry
+
+    def append_stored(self, entry: dict[str, Any]) -> bool:
+        """Append an entry another log stored (a copy keeps its number, links and hashes as they are):
+        True when appended, False when the log holds it already. It must follow the log's last entry."""
+        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            last = self._lock_head(cur)
+            cur.execute("SELECT body FROM ma_audit_entries WHERE event_id = %s", (entry.get("event_id"),))
+            found = cur.fetchone()
+            if found is not None:
+                if found["body"] != canonical(entry):
+                    raise UserError(
+                        f"audit entry {entry.get('seq')} ({entry.get('event_id')}) differs from the one the "
+                        "records database holds under that event; nothing more was copied"
+                    )
+                return False
+            expected = (last["seq"] + 1) if last else 1
+            link = last["hash"] if last else GENESIS
+            if entry.get("seq") != expected or entry.get("prev") != link:
+                raise UserError(
+                    f"audit entry {entry.get('seq')} does not follow the records database's last entry "
+                    f"({expected - 1}); nothing more was copied"
+                )
+            self._insert(cur, entry)
+        return True
+
+    def erase_user(self, user_id: str, at: str) -> int:
+        """Replace `user_id`'s personal content in every entry with an erasure marker and record the
+        erasure as an entry of its own, as the file log does; how many entries were erased."""
+        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            last = self._lock_head(cur)
+            cur.execute("SELECT seq, body FROM ma_audit_entries ORDER BY seq")
+            entries = [_parse(row["body"], row["seq"]) for row in cur.fetchall()]
+            erased = erase_personal(entries, user_id)
+            if not erased or last is None:
+                return 0
+            for entry in entries:
+                if int(entry["seq"]) in erased:
+                    cur.execute(
+                        "UPDATE ma_audit_entries SET body = %s WHERE seq = %s",
+                        (canonical(entry), entry["seq"]),
+                    )
+            self._insert(cur, erasure_entry(entries[-1], erased, at))
+        return len(erased)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _bodies(self) -> tuple[list[tuple[int, str]], dict[str, Any] | None]:
+        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute("SELECT seq, body FROM ma_audit_entries ORDER BY seq")
+            rows = [(int(row["seq"]), str(row["body"])) for row in cur.fetchall()]
+            cur.execute("SELECT seq, hash FROM ma_audit_head WHERE id = 1")
+            head = cur.fetchone()
+        return rows, (None if head is None else {"seq": int(head["seq"]), "hash": head["hash"]})
+
+    def entries(self, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Every entry in order (only `thread_id`'s when given), personal content inlined."""
+        with self.tables.connect() as conn, conn.cursor() as cur:
+            if thread_id is None:
+                cur.execute("SELECT seq, body FROM ma_audit_entries ORDER BY seq")
+            else:
+                cur.execute(
+                    "SELECT seq, body FROM ma_audit_entries WHERE thread_id = %s ORDER BY seq", (thread_id,)
+                )
+            rows = cur.fetchall()
+        return [flatten(_parse(row["body"], row["seq"])) for row in rows]
+
+    def stored(self) -> list[dict[str, Any]]:
+        """Every entry as stored (personal content apart), in order."""
+        rows, _ = self._bodies()
+        return [_parse(body, seq) for seq, body in rows]
+
+    def verify(self) -> Verification:
+        """Recompute the chain as the file log's `verify` does, against the head row."""
+        rows, head = self._bodies()
+        return verify_chain([body.encode() for _, body in rows], head, _NO_HEAD)
+
+    def export(self, fmt: str) -> str:
+        """The whole log as JSON lines (the entries as stored) or CSV (one row an entry)."""
+        rows, _ = self._bodies()
+        lines = [body.encode() for _, body in rows]
+        entries = [] if fmt == "jsonl" else [flatten(_parse(body, seq)) for seq, body in rows]
+        return export_entries(lines, entries, fmt)

@@ -1,0 +1,187 @@
+"""Approvers, sessions, sign-in failures and the audit log in the PostgreSQL records database
+(`MA_RECORDS=postgres`): the same behaviour as their file twins, the copy from the files that
+`records migrate --to postgres` is built on, and the commands over them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from market_analyst.errors import UserError
+from market_analyst.persistence.approvals.approvers import ApproverStore
+from market_analyst.persistence.approvals.audit import AuditLog
+from market_analyst.persistence.approvals.copy import copy_approvers, copy_audit
+from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
+from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore, PostgresSignInLimits
+from market_analyst.ports import AuditEvent
+from market_analyst.settings import Settings
+from tests.support.cli import Cli, unique_id
+
+
+def records_settings(postgres_url: str, data_dir: Path) -> Settings:
+    environ = {"MA_DATA_DIR": str(data_dir), "POSTGRES_URL": postgres_url, "MA_RECORDS": "postgres"}
+    return Settings.load(environ=environ, dotenv=None)
+
+
+def _event(n: int, actor: str = "bob") -> AuditEvent:
+    return AuditEvent(
+        event_id=f"e:{n}", action="approved", at="2026-01-01T00:00:00+00:00", thread_id=f"t{n % 2}",
+        actor=actor, requester="ann", note=f"note {n}",
+    )  # fmt: skip
+
+
+def test_the_file_stores_copy_into_postgres_once_and_their_tokens_keep_working(
+    tmp_path: Path, postgres_url: str
+):
+    files = ApproverStore(tmp_path / "data")
+    kim = files.add("kim", "2026-01-01T00:00:00+00:00")
+    lee = files.add("lee", "2026-01-02T00:00:00+00:00", role="reviewer")
+    secret = files.session_secret()
+    log = AuditLog(tmp_path / "data" / "audit")
+    for n in range(5):
+        log.append(_event(n, actor="zed" if n == 3 else "bob"))
+    log.erase_user("zed", "2026-01-03T00:00:00+00:00")  # an erased entry and its erasure copy as they are
+
+    approvers = PostgresApproverStore(records_settings(postgres_url, tmp_path / "data"))
+    audit = PostgresAuditLog(records_settings(postgres_url, tmp_path / "data"))
+    assert copy_approvers(files, approvers) == (3, 0)  # two approvers and the session secret
+    assert copy_audit(log, audit) == (6, 0)
+    assert approvers.authenticate(kim).name == "kim" and approvers.authenticate(lee).role == "reviewer"
+    assert approvers.session_secret() == secret
+    assert [a.name for a in approvers.list()] == ["kim", "lee"]
+    assert audit.export("jsonl") == log.export("jsonl") and audit.export("csv") == log.export("csv")
+    assert audit.verify().entries == 6 and audit.verify().problem is None and audit.verify().erased == 1
+
+    # Run again: nothing new, nothing doubled; then one more entry on the file side is carried over.
+    assert copy_approvers(files, approvers) == (0, 3)
+    assert copy_audit(log, audit) == (0, 6)
+    log.append(_event(9))
+    assert copy_audit(log, audit) == (1, 6) and audit.entries()[-1]["event_id"] == "e:9"
+
+    # A different value on the database side is refused, and nothing of that copy is written.
+    files.remove("lee")
+    files.add("lee", "2026-01-04T00:00:00+00:00")
+    files.add("max", "2026-01-04T00:00:00+00:00")
+    with pytest.raises(UserError, match="'lee' is in the records database already with another token"):
+        copy_approvers(files, approvers)
+    assert [a.name for a in approvers.list()] == ["kim", "lee"] and approvers.authenticate(lee) is not None
+    other = ApproverStore(tmp_path / "other")
+    other.session_secret()
+    with pytest.raises(UserError, match="session secret of its own"):
+        copy_approvers(other, approvers)
+    assert approvers.session_secret() == secret
+
+    # An audit log that is not the one the database holds is refused at its first entry.
+    stranger = AuditLog(tmp_path / "other" / "audit")
+    stranger.append(_event(100))
+    with pytest.raises(UserError, match="does not follow the records database's last entry"):
+        copy_audit(stranger, audit)
+    assert audit.verify().entries == 7
+
+
+def test_a_damaged_file_log_is_not_copied(tmp_path: Path, postgres_url: str):
+    log = AuditLog(tmp_path / "audit")
+    log.append(_event(1))
+    log.append(_event(2))
+    log.path.write_bytes(log.path.read_bytes().replace(b"note 1", b"note X"))
+    target = PostgresAuditLog(records_settings(postgres_url, tmp_path / "data"))
+    with pytest.raises(UserError, match="does not verify .entry 1 was changed"):
+        copy_audit(log, target)
+    assert target.verify().entries == 0
+
+
+def test_postgres_stores_behave_as_their_file_twins(tmp_path: Path, postgres_url: str):
+    settings = records_settings(postgres_url, tmp_path / "data")
+    approvers = PostgresApproverStore(settings)
+    token = approvers.add("kim", "2026-01-01T00:00:00+00:00")
+    with pytest.raises(UserError, match="approver 'kim' exists"):
+        approvers.add("kim", "2026-01-01T00:00:00+00:00")
+    token_id, secret = token.split(".", 1)
+    assert approvers.recognised(token) is None  # not verified by this process yet
+    assert approvers.authenticate(token).name == "kim" and approvers.recognised(token).name == "kim"
+    assert approvers.authenticate(f"{token_id}.{secret[:-1]}x") is None and approvers.knows_token_id(token_id)
+    assert approvers.set_role("kim", "reviewer") and approvers.role_of("kim") == "reviewer"
+    other_process = PostgresApproverStore(settings)
+    assert other_process.remove("kim") and not other_process.remove("kim")
+    assert approvers.recognised(token) is None and approvers.authenticate(token) is None  # removed elsewhere
+    assert approvers.current("kim", token_id) is None and approvers.role_of("kim") is None
+
+    sessions = PostgresSessionStore(settings, idle=10, lifetime=30)
+    session_id, record = sessions.create(name="a", token_id="t", client="c" * 100, now=1000.0)
+    assert len(record.client) == 64 and not (tmp_path / "data" / "sessions").exists()
+    assert sessions.find(session_id, 1009.0) == record and sessions.find(session_id, 1010.0) is None
+    assert sessions.touch(record.key, 1009.0).last_seen == 1009.0
+    assert sessions.touch(record.key, 1005.0).last_seen == 1009.0  # a late use never moves it back
+    assert sessions.find(session_id, 1018.0) is not None and sessions.find(session_id, 1030.0) is None
+    assert sessions.touch(record.key, 1030.0) is None
+    assert sessions.sessions("a", 1010.0) == [sessions.find(session_id, 1010.0)]
+    assert sessions.revoke(record.key) and not sessions.revoke(record.key) and not sessions.revoke("../x")
+    assert sessions.touch(record.key, 1011.0) is None  # a use after revocation revives nothing
+    for n in range(3):
+        sessions.create(name="b", token_id="t", client=f"10.0.0.{n}", now=2000.0 + n)
+    assert [s.client for s in sessions.sessions("b", 2005.0)] == ["10.0.0.0", "10.0.0.1", "10.0.0.2"]
+    assert sessions.revoke_all("b") == 3 and sessions.sessions("b", 2005.0) == []
+
+    limits = PostgresSignInLimits(settings, limit=2, window=60)
+    limits.failed("k", 1000.0)
+    limits.failed("k", 1030.0)
+    assert limits.failures("k", 1031.0) == 2 and limits.retry_after("k", 1031.0) == 29.0
+    assert limits.retry_after("k", 1060.5) is None  # the first failure is a minute old
+    limits.failed("j", 1200.0)  # counting a failure clears those older than the window
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM ma_sign_in_failures").fetchone() == (1,)
+
+
+def test_audit_commands_forget_and_tampering_on_postgres(cli: Cli, postgres_url: str):
+    env = {"MA_RECORDS": "postgres"}
+    thread, other = unique_id("kept"), unique_id("forgotten")
+    cli.ok("analyze", "NVDA", "--thread-id", thread, "--user", "ann", extra_env=env)
+    cli.ok("approve", thread, "--user", "bob", "--note", "fine by me", extra_env=env)
+    cli.ok("analyze", "NFLX", "--thread-id", other, "--user", "zelda", extra_env=env)
+    cli.ok("reject", other, "--user", "bob", "--reason", "zelda's own words", extra_env=env)
+    assert not (cli.data_dir / "audit").exists()  # nothing went to the files
+    entries = cli.ok("audit", "list", "--json", extra_env=env).json()
+    assert [(e["seq"], e["action"]) for e in entries] == [(1, "approved"), (2, "published"), (3, "rejected")]
+    assert len(cli.ok("audit", "list", "--thread", thread, "--json", extra_env=env).json()) == 2
+    assert "3 entries, one chain" in cli.ok("audit", "verify", extra_env=env).stdout
+    forgot = cli.ok("forget", "--user", "zelda", "--yes", extra_env=env)
+    assert "audit entries (personal content erased, chain kept): 1" in forgot.stdout
+    exported = cli.ok("audit", "export", extra_env=env).stdout
+    assert "zelda" not in exported and json.loads(exported.splitlines()[-1])["erased_seqs"] == [3]
+    assert "4 entries, one chain (1 erased)" in cli.ok("audit", "verify", extra_env=env).stdout
+    assert "fine by me" in cli.ok("audit", "export", "--format", "csv", extra_env=env).stdout
+
+    def refused(sql: str, why: str) -> None:
+        """Make one edit, see `verify` name it, and put the tables back as they were."""
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            rows = conn.execute("SELECT seq, event_id, thread_id, body FROM ma_audit_entries").fetchall()
+            head = conn.execute("SELECT id, seq, hash FROM ma_audit_head").fetchall()
+            conn.execute(sql)
+            bad = cli.fails("audit", "verify", extra_env=env)
+            assert bad.returncode == 2 and why in bad.stderr, bad.stderr
+            with conn.transaction():
+                conn.execute("DELETE FROM ma_audit_entries")
+                conn.execute("DELETE FROM ma_audit_head")
+                with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO ma_audit_entries VALUES (%s, %s, %s, %s)", rows)
+                    cur.executemany("INSERT INTO ma_audit_head VALUES (%s, %s, %s)", head)
+
+    edit = "UPDATE ma_audit_entries SET body = replace(body, 'fine by me', 'fine by mf') WHERE seq = 1"
+    refused(edit, "entry 1 was changed (its personal content does not match)")
+    refused("UPDATE ma_audit_entries SET body = replace(body, '\"door\":\"cli\"', '\"door\":\"web\"') "
+            "WHERE seq = 2", "entry 2 was changed (its hash does not match)")  # fmt: skip
+    refused("DELETE FROM ma_audit_entries WHERE seq = 2", "entry 2 is missing")
+    refused("DELETE FROM ma_audit_entries WHERE seq = 4", "entries were removed from its end")
+    refused("DELETE FROM ma_audit_head", "the log's head row (ma_audit_head) is missing")
+    assert "4 entries, one chain" in cli.ok("audit", "verify", extra_env=env).stdout
+
+
+def test_an_unreachable_records_database_is_one_line(cli: Cli):
+    env = {"MA_RECORDS": "postgres", "POSTGRES_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    for args in (("approvers", "list"), ("audit", "verify"), ("approvers", "add", "kim")):
+        down = cli.fails(*args, extra_env=env)
+        assert down.returncode == 69 and "cannot connect to PostgreSQL at" in down.stderr, down.stderr
