@@ -11,10 +11,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from market_analyst.decisions import DecisionPolicy, Identity
-from market_analyst.state import Profile, ProfileUsed
+from market_analyst.state import Memory, Profile, ProfileUsed
 
 if TYPE_CHECKING:
     from market_analyst.market_data.base import PriceHistory
@@ -133,6 +134,91 @@ class _NoAudit:
         return {}
 
 
+RecallMode = Literal["bm25", "dense", "hybrid", "hybrid_recency"]
+
+
+class MemoryStore(Protocol):
+    """What people said before, per owner: written by the workflow, recalled before an analysis."""
+
+    def write(self, memories: Sequence[Memory]) -> None:
+        """Upsert by ID: writing the same ID twice leaves one memory."""
+        ...
+
+    def recall(
+        self,
+        owner: str,
+        query: str,
+        *,
+        ticker: str | None = None,
+        limit: int = 5,
+        budget_chars: int = 1500,
+        mode: RecallMode = "hybrid_recency",
+        now: datetime | None = None,
+    ) -> list[Memory]:
+        """The owner's memories most relevant to `query` (never superseded ones); [] without loading
+        any model when the owner has none."""
+        ...
+
+    def has_memories(self, owner: str) -> bool:
+        """Whether the owner has any memory (cheap: loads no model)."""
+        ...
+
+    def list(self, owner: str, *, include_superseded: bool = False) -> list[Memory]:
+        """The owner's memories."""
+        ...
+
+    def get(self, owner: str, memory_id: str) -> Memory | None:
+        """One of the owner's memories, or None."""
+        ...
+
+    def replace(self, owner: str, old_id: str, new: Memory) -> None:
+        """Write `new`, keeping the old memory marked superseded."""
+        ...
+
+    def forget(self, owner: str, memory_id: str) -> bool:
+        """Erase one memory; False when the owner has none with that ID."""
+        ...
+
+    def forget_user(self, owner: str) -> int:
+        """Erase every memory of the owner; how many went."""
+        ...
+
+    def prune(self, older_than: datetime) -> int:
+        """Erase memories made before `older_than`; how many went."""
+        ...
+
+
+class _NoMemory:
+    """For graphs built without a memory store (a test's bare graph): remembers nothing."""
+
+    def write(self, memories: Sequence[Memory]) -> None:
+        return None
+
+    def recall(self, owner: str, query: str, **kwargs: Any) -> list[Memory]:
+        return []
+
+    def has_memories(self, owner: str) -> bool:
+        return False
+
+    def list(self, owner: str, *, include_superseded: bool = False) -> list[Memory]:
+        return []
+
+    def get(self, owner: str, memory_id: str) -> Memory | None:
+        return None
+
+    def replace(self, owner: str, old_id: str, new: Memory) -> None:
+        return None
+
+    def forget(self, owner: str, memory_id: str) -> bool:
+        return False
+
+    def forget_user(self, owner: str) -> int:
+        return 0
+
+    def prune(self, older_than: datetime) -> int:
+        return 0
+
+
 @dataclass(frozen=True)
 class Deps:
     """What the nodes use, passed as LangGraph's runtime context: never stored in a checkpoint."""
@@ -147,6 +233,7 @@ class Deps:
     policy: DecisionPolicy = field(default_factory=DecisionPolicy)  # who may decide, and how many approve
     audit: AuditWriter = field(default_factory=_NoAudit)
     identity: Identity | None = None  # who decides in this run, as the application's door knows them
+    memory: MemoryStore = field(default_factory=_NoMemory)  # what people said before, per owner
 
 
 @dataclass(frozen=True)

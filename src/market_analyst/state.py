@@ -7,6 +7,7 @@ without custom types; the pydantic models validate that data where it is made an
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -177,6 +178,51 @@ class Publication(BaseModel):
     key: str
     operation_id: str
     created: bool
+
+
+MemoryKind = Literal["feedback", "rejection", "approval_note", "report", "remembered"]
+MAX_MEMORY_CHARS = 1000
+# The namespace of memory IDs: an ID is derived from what the memory records, never drawn at random.
+_MEMORY_NAMESPACE = uuid.UUID("8f0b6a52-6d1e-4f0e-9a55-3c4b2f6d7e10")
+
+
+def memory_id(kind: str, *source: str) -> str:
+    """The ID of the memory `kind` of `source` (a thread, a draft, who said it; an archive key): the
+    same decision recorded twice, or again after a crash, is one memory."""
+    return str(uuid.uuid5(_MEMORY_NAMESPACE, "\x1f".join((kind, *source))))
+
+
+def check_memory_text(text: str) -> str:
+    """`text` stripped, if it is 1 to MAX_MEMORY_CHARS characters with no control characters; else
+    `UserError` with one line."""
+    text = text.strip()
+    if not text:
+        raise UserError("a memory needs text: 1 to 1000 characters")
+    if len(text) > MAX_MEMORY_CHARS:
+        raise UserError(f"a memory is at most {MAX_MEMORY_CHARS} characters (got {len(text)})")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        raise UserError("a memory may not contain control characters (line breaks included)")
+    return text
+
+
+class Memory(BaseModel):
+    """Something a person said (or a report concluded) that later runs for the same owner recall."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    owner: str
+    kind: MemoryKind
+    text: str
+    ticker: str | None
+    created_at: datetime
+    thread_id: str | None
+    draft_id: str | None
+    archive_key: str | None
+    said_by: str | None
+    verified: bool
+    replaces: str | None = None
+    superseded: bool = False
 
 
 class AnalystState(TypedDict, total=False):
