@@ -7,11 +7,10 @@ Nothing here opens a store or imports a client library: `deps.py` builds the rea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from market_analyst.decisions import DecisionPolicy, Identity
