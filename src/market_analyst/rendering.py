@@ -163,7 +163,7 @@ def render_markdown(d: dict[str, Any]) -> str:
     options = d.get("options") or {}
     if options:
         chosen = ", ".join(f"{k.replace('_', ' ')} {plain(v)}" for k, v in sorted(options.items()))
-        lines.append(f"- Chosen for this thread with revise (not the stored profile): {chosen}")
+        lines.append(f"- Chosen for this thread, not the stored profile: {chosen}")
     analyst = d["analyst"]
     lines.append(f"- Analyst: {plain(analyst['name'])} (version {plain(analyst['version'])})")
     lines.append(f"- Framing: {plain(d['framing'])}")
