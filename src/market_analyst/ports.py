@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from market_analyst.choices import RecallMode
 from market_analyst.decisions import DecisionPolicy, Identity
 from market_analyst.state import Memory, Profile, ProfileUsed
 
@@ -133,14 +134,13 @@ class _NoAudit:
         return {}
 
 
-RecallMode = Literal["bm25", "dense", "hybrid", "hybrid_recency"]
-
-
 class MemoryStore(Protocol):
-    """What people said before, per owner: written by the workflow, recalled before an analysis."""
+    """What people said in earlier threads, per owner: written by the workflow from recorded sources,
+    recalled by meaning and words. Every read is filtered by owner; superseded memories are never
+    recalled. Nothing is embedded (no model loaded) for an owner who has no memories."""
 
     def write(self, memories: Sequence[Memory]) -> None:
-        """Upsert by ID: writing the same ID twice leaves one memory."""
+        """Insert or replace each memory by its ID: writing the same ID twice leaves one memory."""
         ...
 
     def recall(
@@ -154,36 +154,36 @@ class MemoryStore(Protocol):
         mode: RecallMode = "hybrid_recency",
         now: datetime | None = None,
     ) -> list[Memory]:
-        """The owner's memories most relevant to `query` (never superseded ones); [] without loading
-        any model when the owner has none."""
+        """At most `limit` of `owner`'s live memories most relevant to `query` (and `ticker`), best
+        first, whose texts together fit in `budget_chars`; [] at once when the owner has none."""
         ...
 
     def has_memories(self, owner: str) -> bool:
-        """Whether the owner has any memory (cheap: loads no model)."""
+        """Whether `owner` has any memory (superseded ones count); cheap, loads no model."""
         ...
 
     def list(self, owner: str, *, include_superseded: bool = False) -> list[Memory]:
-        """The owner's memories."""
+        """`owner`'s memories, newest first; superseded ones only with `include_superseded`."""
         ...
 
     def get(self, owner: str, memory_id: str) -> Memory | None:
-        """One of the owner's memories, or None."""
+        """The memory `memory_id` if `owner` owns it, else None (another owner's is absent too)."""
         ...
 
     def replace(self, owner: str, old_id: str, new: Memory) -> None:
-        """Write `new`, keeping the old memory marked superseded."""
+        """Write `new` and mark `old_id` (which `owner` must own: else `UserError`) superseded."""
         ...
 
     def forget(self, owner: str, memory_id: str) -> bool:
-        """Erase one memory; False when the owner has none with that ID."""
+        """Erase one of `owner`'s memories; False when `owner` has none with that ID."""
         ...
 
     def forget_user(self, owner: str) -> int:
-        """Erase every memory of the owner; how many went."""
+        """Erase every memory of `owner`; returns how many went."""
         ...
 
     def prune(self, older_than: datetime) -> int:
-        """Erase memories made before `older_than`; how many went."""
+        """Erase every memory made before `older_than`; returns how many went."""
         ...
 
 
@@ -193,7 +193,17 @@ class _NoMemory:
     def write(self, memories: Sequence[Memory]) -> None:
         return None
 
-    def recall(self, owner: str, query: str, **kwargs: Any) -> list[Memory]:
+    def recall(
+        self,
+        owner: str,
+        query: str,
+        *,
+        ticker: str | None = None,
+        limit: int = 5,
+        budget_chars: int = 1500,
+        mode: RecallMode = "hybrid_recency",
+        now: datetime | None = None,
+    ) -> list[Memory]:
         return []
 
     def has_memories(self, owner: str) -> bool:
@@ -232,7 +242,7 @@ class Deps:
     policy: DecisionPolicy = field(default_factory=DecisionPolicy)  # who may decide, and how many approve
     audit: AuditWriter = field(default_factory=_NoAudit)
     identity: Identity | None = None  # who decides in this run, as the application's door knows them
-    memory: MemoryStore = field(default_factory=_NoMemory)  # what people said before, per owner
+    memory: MemoryStore = field(default_factory=_NoMemory)  # what the owner said in earlier threads
 
 
 @dataclass(frozen=True)

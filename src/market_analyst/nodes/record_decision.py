@@ -17,6 +17,7 @@ No decision is recorded without its memory once the thread moves on; none is rem
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ from market_analyst.ports import AuditEvent, Deps
 from market_analyst.state import MAX_MEMORY_CHARS, AnalystState, Approval, Memory, MemoryKind, memory_id
 
 AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised"}
+_UNWRITABLE = ("Cc", "Cf", "Cs", "Co", "Cn")  # what check_memory_text refuses in a memory
 MEMORY_KINDS: dict[str, MemoryKind] = {
     "approve": "approval_note",
     "reject": "rejection",
@@ -42,7 +44,7 @@ MEMORY_KINDS: dict[str, MemoryKind] = {
 def memory_text(raw: str) -> str:
     """A person's note as a memory's text: control characters become spaces, runs of spaces one,
     cut to the memory limit (the note itself is kept whole in the state and the audit log)."""
-    cleaned = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in raw)
+    cleaned = "".join(" " if unicodedata.category(ch) in _UNWRITABLE else ch for ch in raw)
     return " ".join(cleaned.split())[:MAX_MEMORY_CHARS].strip()
 
 
