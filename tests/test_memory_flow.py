@@ -136,3 +136,27 @@ def test_a_number_only_a_recalled_memory_holds_is_grounded_by_it(cli: Cli):
         draft = _thread(cli, "NVDA", "hal", extra_env=server.env())["draft"]  # hal has no such memory
         assert "Refused: the answer cited 12.5%" in server.messages(1)
     assert draft["summary"] == "NVDA rose 92.6% over a year."
+
+
+def test_a_user_without_memories_loads_no_model(cli: Cli):
+    import subprocess
+    import sys
+
+    _remember(cli, "ivy", "a note, so the store exists and holds someone else's memory")
+    child = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write('\\nMODEL=%s\\n' % ('wordllama' in sys.modules)))\n"
+        "from market_analyst.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+
+    def model_loaded(user: str) -> bool:
+        done = subprocess.run(
+            [sys.executable, "-c", child, "analyze", "NVDA", "--user", user, "--json"],
+            cwd=cli.cwd, env=cli.env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return "MODEL=True" in done.stderr
+
+    assert model_loaded("jon") is False
+    assert model_loaded("ivy") is True  # the same check sees the model when recall needs it

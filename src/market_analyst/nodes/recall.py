@@ -27,11 +27,10 @@ def recall_query(ticker: str, question: str | None) -> str:
 def recall(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
     """Keep the owner's memories relevant to this run in the state. An owner without memories costs a
     single cheap lookup: no model is loaded."""
-    memory = runtime.context.memory
     owner = state.get("user_id") or DEFAULT_USER
-    if not memory.has_memories(owner):
-        return {"recalled": []}
-    found = memory.recall(
+    # No `has_memories` first: `recall` makes the same count before it loads anything (the port's
+    # promise), and a second look would open the store twice for a user who has memories.
+    found = runtime.context.memory.recall(
         owner,
         recall_query(state["ticker"], state.get("question")),
         ticker=state["ticker"],
