@@ -20,7 +20,7 @@ import builtins
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -159,10 +159,12 @@ class EdgeMemoryStore:
             raise UserError(
                 f"{self.path} holds no memory store; move it away, or point MA_DATA_DIR elsewhere"
             )
-        _install(self._build([]), self.path)
+        embedder = self.embedder
+        _install(self._build([], name=embedder.name, dimension=embedder.dimension), self.path)
 
-    def _build(self, points: Sequence[Any]) -> Path:
-        """A complete shard holding `points` in `<path>.edge-new`, closed, under this embedder."""
+    def _build(self, pages: Iterable[Sequence[Any]], *, name: str, dimension: int) -> Path:
+        """A complete shard in `<path>.edge-new` holding the points of `pages` (one update each),
+        closed, with the embedder `name` and `dimension` recorded."""
         from qdrant_edge import (
             Distance,
             EdgeConfig,
@@ -177,25 +179,68 @@ class EdgeMemoryStore:
         new = _sibling(self.path, ".edge-new")
         shutil.rmtree(new, ignore_errors=True)
         private_dir(new, WHAT)
-        embedder = self.embedder
         config = EdgeConfig(
-            vectors={"dense": EdgeVectorParams(size=embedder.dimension, distance=Distance.Cosine)},
+            vectors={"dense": EdgeVectorParams(size=dimension, distance=Distance.Cosine)},
             sparse_vectors={"bm25": EdgeSparseVectorParams(modifier=Modifier.Idf)},
         )
         shard = EdgeShard.create(str(new), config)  # the write-ahead log stays on: it is the lock
         try:
-            shard.update(UpdateOperation.create_field_index("owner", PayloadSchemaType.Keyword))
-            shard.update(UpdateOperation.create_field_index("status", PayloadSchemaType.Keyword))
-            shard.update(UpdateOperation.create_field_index("ticker", PayloadSchemaType.Keyword))
-            shard.update(UpdateOperation.create_field_index("created_at", PayloadSchemaType.Datetime))
-            for start in range(0, len(points), WRITE_BATCH):
-                shard.update(UpdateOperation.upsert_points(list(points[start : start + WRITE_BATCH])))
+            for field, kind in (
+                ("owner", PayloadSchemaType.Keyword),
+                ("status", PayloadSchemaType.Keyword),
+                ("ticker", PayloadSchemaType.Keyword),
+                ("created_at", PayloadSchemaType.Datetime),
+            ):
+                shard.update(UpdateOperation.create_field_index(field, kind))
+            for page in pages:
+                if page:
+                    shard.update(UpdateOperation.upsert_points(list(page)))
         finally:
             shard.close()
-        meta = {"version": META_VERSION, "embedder": embedder.name, "dimension": embedder.dimension}
+        meta = {"version": META_VERSION, "embedder": name, "dimension": dimension}
         (new / META_FILE).write_text(json.dumps(meta), encoding="utf-8")
         private_tree(new)
         return new
+
+    def _rewrite(
+        self, shard: EdgeShard, *, drop: set[str], embed: bool = False
+    ) -> Iterator[builtins.list[Any]]:
+        """The points of `shard` a page at a time, without those in `drop`; with `embed`, their
+        vectors made again by this store's embedder."""
+        from qdrant_edge import Point, ScrollRequest
+
+        offset = None
+        while True:
+            page, offset = shard.scroll(
+                ScrollRequest(offset=offset, limit=WRITE_BATCH, with_payload=True, with_vector=not embed)
+            )
+            kept = [record for record in page if str(record.id) not in drop]
+            if embed:
+                yield self._points([from_payload(record.id, record.payload or {}) for record in kept])
+            else:
+                yield [Point(record.id, record.vector or {}, record.payload or {}) for record in kept]
+            if offset is None or not page:
+                return
+
+    def _swap(self, shard: EdgeShard, *, drop: set[str], embed: bool = False) -> None:
+        """Replace the open `shard` (closed here) by a new one without the points in `drop`.
+
+        Erasing by rewriting, not by deleting in place: Edge's delete only hides a point, and its
+        text stays in the segment files and the write-ahead log until they are overwritten. The new
+        shard holds the other points' payloads and vectors exactly as they were."""
+        meta = read_meta(self.path)
+        name, dimension = (
+            (self.embedder.name, self.embedder.dimension) if embed else (meta["embedder"], meta["dimension"])
+        )
+        try:
+            new = self._build(self._rewrite(shard, drop=drop, embed=embed), name=name, dimension=dimension)
+        finally:
+            shard.close()
+        old = _sibling(self.path, ".edge-old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(self.path, old)
+        _install(new, self.path)
+        shutil.rmtree(old, ignore_errors=True)
 
     def _check_embedder(self) -> None:
         meta = read_meta(self.path)
@@ -262,7 +307,22 @@ class EdgeMemoryStore:
         budget_chars: int = 1500,
         mode: RecallMode = "hybrid_recency",
         now: datetime | None = None,
-    ) -> list[Memory]:
+    ) -> builtins.list[Memory]:
+        ranked = self.ranked(owner, query, ticker=ticker, limit=limit * 4, mode=mode, now=now)
+        return within_budget([memory for memory, _ in ranked], limit=limit, budget_chars=budget_chars)
+
+    def ranked(
+        self,
+        owner: str,
+        query: str,
+        *,
+        ticker: str | None = None,
+        limit: int = 20,
+        mode: RecallMode = "hybrid_recency",
+        now: datetime | None = None,
+    ) -> builtins.list[tuple[Memory, float]]:
+        """`recall` before the character budget, with the engine's score of each memory (for
+        evaluation and tests of the fusion)."""
         from qdrant_edge import CountRequest
 
         owner = validate_user_id(owner)
@@ -277,7 +337,7 @@ class EdgeMemoryStore:
             dense=dense,
             sparse=self._sparse().embed_query(query),
             mode=mode,
-            limit=limit * 4,  # room for the character budget to skip long ones
+            limit=limit,
             ticker=ticker,
             now=now or datetime.now(UTC),
         )
@@ -287,10 +347,11 @@ class EdgeMemoryStore:
             if dense is not None:
                 self._check_embedder()
             found = shard.query(request)
-        ranked = [from_payload(point.id, point.payload or {}) for point in found]
+        ranked = [(from_payload(point.id, point.payload or {}), point.score) for point in found]
         # The filter already holds these; checked again so no other owner's memory can ever leave.
-        ranked = [memory for memory in ranked if memory.owner == owner and not memory.superseded]
-        return within_budget(ranked, limit=limit, budget_chars=budget_chars)
+        return [
+            (memory, score) for memory, score in ranked if memory.owner == owner and not memory.superseded
+        ]
 
     def _scroll(self, shard: EdgeShard, flt: Any, *, with_vector: bool = False) -> builtins.list[Any]:
         from qdrant_edge import ScrollRequest
@@ -355,44 +416,23 @@ class EdgeMemoryStore:
             shard.update(UpdateOperation.set_payload([old_id], {"status": SUPERSEDED}))
 
     def forget(self, owner: str, memory_id: str) -> bool:
-        from qdrant_edge import UpdateOperation
-
         owner, memory_id = validate_user_id(owner), check_memory_ref(memory_id)
         if self._absent():
             return False
-        with self._session(create=False) as shard:
-            if shard is None or self._owned(shard, owner, memory_id) is None:
+        with self._locked(create=False) as present:
+            if not present:
                 return False
-            shard.update(UpdateOperation.delete_points([memory_id]))
-            return True
+            shard = _load(self.path)
+            try:
+                if self._owned(shard, owner, memory_id) is None:
+                    return False
+                self._swap(shard, drop={memory_id})
+                return True
+            finally:
+                shard.close()
+                private_tree(self.path)
 
     def _delete_matching(self, flt: Any) -> int:
-        from qdrant_edge import UpdateOperation
-
-        if self._absent():
-            return 0
-        with self._session(create=False) as shard:
-            if shard is None:
-                return 0
-            ids = [record.id for record in self._scroll(shard, flt)]
-            if ids:
-                shard.update(UpdateOperation.delete_points(ids))
-                shard.optimize()  # drop the deleted points' data from the segments, not just hide it
-            return len(ids)
-
-    def forget_user(self, owner: str) -> int:
-        return self._delete_matching(owner_filter(validate_user_id(owner), live_only=False))
-
-    def prune(self, older_than: datetime) -> int:
-        from qdrant_edge import FieldCondition, Filter, RangeDateTime
-
-        return self._delete_matching(
-            Filter(must=[FieldCondition(key="created_at", range=RangeDateTime(lt=iso_z(older_than)))])
-        )
-
-    def reindex(self) -> int:
-        """Embed every memory again with this store's embedder (after a change of model); returns
-        how many. The new shard replaces the old one only once it is complete."""
         if self._absent():
             return 0
         with self._locked(create=False) as present:
@@ -400,20 +440,49 @@ class EdgeMemoryStore:
                 return 0
             shard = _load(self.path)
             try:
-                records = self._scroll(shard, None)
+                ids = {str(record.id) for record in self._scroll(shard, flt)}
+                if ids:
+                    self._swap(shard, drop=ids)
+                return len(ids)
             finally:
                 shard.close()
-            memories = [from_payload(record.id, record.payload or {}) for record in records]
-            points: builtins.list[Any] = []
-            for start in range(0, len(memories), WRITE_BATCH):
-                points.extend(self._points(memories[start : start + WRITE_BATCH]))
-            new = self._build(points)
-            old = _sibling(self.path, ".edge-old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(self.path, old)
-            _install(new, self.path)
-            shutil.rmtree(old, ignore_errors=True)
-        return len(memories)
+                private_tree(self.path)
+
+    def forget_user(self, owner: str) -> int:
+        return self._delete_matching(owner_filter(validate_user_id(owner), live_only=False))
+
+    def prune(self, older_than: datetime) -> int:
+        return self._delete_matching(_made_before(older_than))
+
+    def count_before(self, older_than: datetime) -> int:
+        """How many memories (of every owner) were made before `older_than`: what `prune` would erase."""
+        from qdrant_edge import CountRequest
+
+        if self._absent():
+            return 0
+        with self._session(create=False) as shard:
+            return (
+                0 if shard is None else shard.count(CountRequest(filter=_made_before(older_than), exact=True))
+            )
+
+    def reindex(self) -> int:
+        """Embed every memory again with this store's embedder (after a change of model); returns
+        how many. The new shard replaces the old one only once it is complete."""
+        from qdrant_edge import CountRequest
+
+        if self._absent():
+            return 0
+        with self._locked(create=False) as present:
+            if not present:
+                return 0
+            shard = _load(self.path)
+            try:
+                count = shard.count(CountRequest(exact=True))
+                self._swap(shard, drop=set(), embed=True)
+                return count
+            finally:
+                shard.close()
+                private_tree(self.path)
 
     def all_points(self) -> builtins.list[dict[str, Any]]:
         """Every point of the collection with its payload and vectors, for checks of what is stored."""
@@ -426,6 +495,12 @@ class EdgeMemoryStore:
         return [
             {"id": str(r.id), "payload": dict(r.payload or {}), "vector": _plain(r.vector)} for r in records
         ]
+
+
+def _made_before(moment: datetime) -> Any:
+    from qdrant_edge import FieldCondition, Filter, RangeDateTime
+
+    return Filter(must=[FieldCondition(key="created_at", range=RangeDateTime(lt=iso_z(moment)))])
 
 
 def _plain(vector: Any) -> Any:

@@ -151,3 +151,57 @@ def within_budget(ranked: Sequence[Memory], *, limit: int, budget_chars: int) ->
         kept.append(memory)
         used += len(memory.text)
     return kept
+
+
+def client_query(
+    *,
+    owner: str,
+    dense: Sequence[float] | None,
+    sparse: Any,
+    mode: RecallMode,
+    ticker: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The same recall as `edge_query`, as `qdrant_client.query_points` keyword arguments (a Qdrant
+    server, where the engine also turns BM25 term frequencies into IDF-weighted scores)."""
+    from qdrant_client import models
+
+    live = models.Filter(
+        must=[
+            models.FieldCondition(key="owner", match=models.MatchValue(value=owner)),
+            models.FieldCondition(key="status", match=models.MatchValue(value=LIVE)),
+        ]
+    )
+    words = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+    if mode == "bm25":
+        return {"query": words, "using": "bm25", "query_filter": live}
+    assert dense is not None
+    if mode == "dense":
+        return {"query": list(dense), "using": "dense", "query_filter": live}
+    prefetch = [
+        models.Prefetch(query=list(dense), using="dense", filter=live, limit=PREFETCH_LIMIT),
+        models.Prefetch(query=words, using="bm25", filter=live, limit=PREFETCH_LIMIT),
+    ]
+    rrf = models.RrfQuery(rrf=models.Rrf(k=RRF_K))
+    if mode == "hybrid":
+        return {"prefetch": prefetch, "query": rrf}
+    decay = models.ExpDecayExpression(
+        exp_decay=models.DecayParamsExpression(
+            x=models.DatetimeKeyExpression(datetime_key="created_at"),
+            target=models.DatetimeExpression(datetime=iso_z(now)),
+            scale=RECENCY_SCALE_DAYS * 86400.0,
+            midpoint=RECENCY_MIDPOINT,
+        )
+    )
+    factors: list[Any] = [
+        "$score",
+        models.SumExpression(sum=[1.0 - RECENCY_WEIGHT, models.MultExpression(mult=[RECENCY_WEIGHT, decay])]),
+    ]
+    if ticker:
+        on_ticker = models.FieldCondition(key="ticker", match=models.MatchValue(value=ticker))
+        factors.append(models.SumExpression(sum=[1.0, models.MultExpression(mult=[TICKER_BOOST, on_ticker])]))
+    return {
+        "prefetch": [models.Prefetch(prefetch=prefetch, query=rrf, limit=FUSED_LIMIT)],
+        "query": models.FormulaQuery(formula=models.MultExpression(mult=factors)),
+        "query_filter": live,
+    }
