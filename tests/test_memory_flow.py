@@ -53,6 +53,12 @@ def test_decisions_are_recalled_for_their_owner_only(cli: Cli):
     # The published NVDA report is remembered too, once.
     assert sum("published report, NVDA" in line for line in lines) == 1
 
+    shown = cli.ok("analyze", "NVDA", "--user", "ann", "--question", QUESTION).stdout
+    assert "What you said before:" in shown
+    assert re.search(
+        rf"\d{{4}}-\d{{2}}-\d{{2}} feedback \(thread {nvda}\): say more about the drawdown", shown
+    )
+
     assert _remembered(_thread(cli, "NVDA", "bob", "--question", QUESTION)["draft"]) == []
     assert cli.ok("memories", "list", "--user", "bob", "--json").json() == []
 
