@@ -12,10 +12,13 @@ import urllib.request
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
+from tests.support import REPO
 from tests.support.chat_server import ChatServer
 from tests.support.cli import Cli, unique_id
 
+SCHEMA = json.loads((REPO / "docs" / "thread.schema.json").read_text())
 HEADING = "## What you said before"
 QUESTION = "anything I worried about before?"
 
@@ -40,7 +43,10 @@ def test_decisions_are_recalled_for_their_owner_only(cli: Cli):
     msft = _thread(cli, "MSFT", "ann")["thread_id"]
     cli.ok("reject", msft, "--user", "rev", "--reason", "figures are stale")
 
-    draft = _thread(cli, "NVDA", "ann", "--question", QUESTION)["draft"]
+    recalled = _thread(cli, "NVDA", "ann", "--question", QUESTION)
+    errors = list(Draft202012Validator(SCHEMA).iter_errors(recalled))
+    assert not errors, [e.message for e in errors]  # the documented --json, memories included
+    draft = recalled["draft"]
     lines = _remembered(draft)
     feedback = next(i for i, line in enumerate(lines) if "say more about the drawdown" in line)
     note = next(i for i, line in enumerate(lines) if "watch supplier concentration" in line)
