@@ -241,3 +241,21 @@ def test_budget_and_limit(store: Any) -> None:
     found = store.recall("ann", "NVDA report figures", ticker="NVDA", limit=5, budget_chars=200, now=NOW)
     assert found and long.id not in [m.id for m in found] and sum(len(m.text) for m in found) <= 200
     assert len(store.recall("ann", "NVDA", limit=2, now=NOW)) == 2
+
+
+def test_an_owner_without_memories_opens_no_shard(
+    edge_store: EdgeMemoryStore, embedder: WordLlamaEmbedder
+) -> None:
+    """Answered from the owners' markers: while another process holds the folder, an owner with no
+    memory (never, or no longer) gets [] at once; one with memories waits for the folder."""
+    from market_analyst.persistence.store_access import lock_file
+
+    edge_store.write([note("bob", "remembered", "Prefer dividend payers"), *ANN])
+    assert edge_store.forget_user("ann") == 3
+    impatient = EdgeMemoryStore(edge_store.path, embedder=lambda: embedder, lock_wait_seconds=0.3)
+    with lock_file(edge_store.path.with_name(f".{edge_store.path.name}.session.lock")):
+        assert impatient.recall("ann", "anything?") == [] and not impatient.has_memories("ann")
+        assert impatient.recall("cy", "anything?") == []
+        with pytest.raises(UserError, match="in use by another process"):
+            impatient.recall("bob", "dividends")
+    assert [m.text for m in impatient.recall("bob", "dividends")] == ["Prefer dividend payers"]

@@ -25,11 +25,11 @@ def recall_query(ticker: str, question: str | None) -> str:
 
 
 def recall(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """Keep the owner's memories relevant to this run in the state. An owner without memories costs a
-    single cheap lookup: no model is loaded."""
+    """Keep the owner's memories relevant to this run in the state. An owner without memories costs the
+    store's cheap check only: no model is loaded."""
     owner = state.get("user_id") or DEFAULT_USER
-    # No `has_memories` first: `recall` makes the same count before it loads anything (the port's
-    # promise), and a second look would open the store twice for a user who has memories.
+    # No `has_memories` first: `recall` makes the same check before it loads anything (the port's
+    # promise), and a second look would cost a user who has memories one more open of the store.
     found = runtime.context.memory.recall(
         owner,
         recall_query(state["ticker"], state.get("question")),

@@ -17,6 +17,7 @@ shard or the new one, never half of either.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import os
 import shutil
@@ -203,10 +204,10 @@ class EdgeMemoryStore:
         return new
 
     def _rewrite(
-        self, shard: EdgeShard, *, drop: set[str], embed: bool = False
+        self, shard: EdgeShard, *, drop: set[str], owners: set[str], embed: bool = False
     ) -> Iterator[builtins.list[Any]]:
         """The points of `shard` a page at a time, without those in `drop`; with `embed`, their
-        vectors made again by this store's embedder."""
+        vectors made again by this store's embedder. Adds the owners of the points kept to `owners`."""
         from qdrant_edge import Point, ScrollRequest
 
         offset = None
@@ -215,6 +216,7 @@ class EdgeMemoryStore:
                 ScrollRequest(offset=offset, limit=WRITE_BATCH, with_payload=True, with_vector=not embed)
             )
             kept = [record for record in page if str(record.id) not in drop]
+            owners.update(str((record.payload or {}).get("owner")) for record in kept)
             if embed:
                 yield self._points([from_payload(record.id, record.payload or {}) for record in kept])
             else:
@@ -233,7 +235,9 @@ class EdgeMemoryStore:
             (self.embedder.name, self.embedder.dimension) if embed else (meta["embedder"], meta["dimension"])
         )
         try:
-            new = self._build(self._rewrite(shard, drop=drop, embed=embed), name=name, dimension=dimension)
+            owners: set[str] = set()
+            pages = self._rewrite(shard, drop=drop, owners=owners, embed=embed)
+            new = self._build(pages, name=name, dimension=dimension)
         finally:
             shard.close()
         old = _sibling(self.path, ".edge-old")
@@ -241,6 +245,9 @@ class EdgeMemoryStore:
         os.rename(self.path, old)
         _install(new, self.path)
         shutil.rmtree(old, ignore_errors=True)
+        for marker in self._owners_dir().glob("*"):
+            if marker.name not in {_owner_marker(owner) for owner in owners}:
+                marker.unlink(missing_ok=True)
 
     def _check_embedder(self) -> None:
         meta = read_meta(self.path)
@@ -273,6 +280,29 @@ class EdgeMemoryStore:
 
     # -- the port ------------------------------------------------------------------------------
 
+    # -- who has memories: a marker file per owner, so an owner without any costs no open ---------
+
+    def _owners_dir(self) -> Path:
+        return self.path.with_name(f".{self.path.name}.owners")
+
+    def _may_have(self, owner: str) -> bool:
+        """False only if `owner` has no memory: a marker is made before an owner's first memory is
+        written and removed only after their last one went (by a rewrite that saw none left)."""
+        return (self._owners_dir() / _owner_marker(owner)).exists()
+
+    def _mark(self, owners: set[str]) -> None:
+        folder = private_dir(self._owners_dir(), WHAT)
+        made = False
+        for owner in owners:
+            marker = folder / _owner_marker(owner)
+            if not marker.exists():
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600)
+                os.fsync(fd)
+                os.close(fd)
+                made = True
+        if made:
+            fsync_dir(folder)
+
     def write(self, memories: Sequence[Memory]) -> None:
         from qdrant_edge import UpdateOperation
 
@@ -282,6 +312,7 @@ class EdgeMemoryStore:
         with self._session(create=True) as shard:
             assert shard is not None
             self._check_embedder()
+            self._mark({memory.owner for memory in memories})  # before the points: see `_may_have`
             for start in range(0, len(points), WRITE_BATCH):
                 shard.update(UpdateOperation.upsert_points(points[start : start + WRITE_BATCH]))
 
@@ -289,7 +320,7 @@ class EdgeMemoryStore:
         from qdrant_edge import CountRequest
 
         owner = validate_user_id(owner)
-        if self._absent():
+        if self._absent() or not self._may_have(owner):
             return False
         with self._session(create=False) as shard:
             return (
@@ -323,14 +354,11 @@ class EdgeMemoryStore:
     ) -> builtins.list[tuple[Memory, float]]:
         """`recall` before the character budget, with the engine's score of each memory (for
         evaluation and tests of the fusion)."""
-        from qdrant_edge import CountRequest
 
         owner = validate_user_id(owner)
-        if limit <= 0 or self._absent():
-            return []
-        with self._session(create=False) as shard:
-            if shard is None or shard.count(CountRequest(filter=owner_filter(owner), exact=True)) == 0:
-                return []  # before any model is loaded
+        if limit <= 0 or self._absent() or not self._may_have(owner):
+            return []  # no shard opened, no model loaded
+        # Embedded before the shard is opened, so the folder is held only for the query.
         dense = None if mode == "bm25" else self.embedder.embed([query])[0]
         request = edge_query(
             owner=owner,
@@ -495,6 +523,11 @@ class EdgeMemoryStore:
         return [
             {"id": str(r.id), "payload": dict(r.payload or {}), "vector": _plain(r.vector)} for r in records
         ]
+
+
+def _owner_marker(owner: str) -> str:
+    # A digest, so the folder's listing names nobody.
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]
 
 
 def _made_before(moment: datetime) -> Any:
