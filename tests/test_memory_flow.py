@@ -76,13 +76,13 @@ def _remember(cli: Cli, user: str, text: str, *extra: str) -> str:
 def _qdrant_server_env() -> dict[str, str]:
     """The settings that put memories on a Qdrant server, or a skip saying why there is none (no
     Qdrant server can be installed on the machines this suite was written on)."""
-    url = os.environ.get("TEST_QDRANT_URL", "")
+    url = os.environ.get("MA_TEST_QDRANT_URL", "")
     if not url:
-        pytest.skip("the Qdrant server path needs a server: set TEST_QDRANT_URL (none can run here)")
+        pytest.skip("the Qdrant server path needs a server: set MA_TEST_QDRANT_URL (none can run here)")
     try:
         urllib.request.urlopen(url.rstrip("/") + "/readyz", timeout=3).close()
     except OSError as exc:
-        pytest.skip(f"no Qdrant server answers at TEST_QDRANT_URL={url}: {exc}")
+        pytest.skip(f"no Qdrant server answers at MA_TEST_QDRANT_URL={url}: {exc}")
     return {"QDRANT_URL": url}
 
 
