@@ -77,7 +77,7 @@ def bench_memory(n: int | None) -> bool:
     print(f"memory: recall over {', '.join(f'{size:,}' for size in sizes)} memories on Qdrant Edge")
     met = bench_memory.recall(sizes)
     bench_memory.writes(min(n or 1_000, 1_000))
-    bench_memory.fresh(min(n or 1_000, 1_000))
+    bench_memory.fresh(min(n or 1_000, 1_000), runs=5 if n is None else 2)
     return met
 
 

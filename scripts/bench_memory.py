@@ -170,7 +170,7 @@ def writes(n: int) -> bool:
         store = EdgeMemoryStore(path, embedder=lambda: _EMBEDDER)
         rng = random.Random(3)
         single = []
-        for memory in _memories(0, 100, 10, rng):
+        for memory in _memories(0, 100 if n >= 1_000 else 20, 10, rng):
             t0 = time.perf_counter()
             store.write([memory])
             single.append(time.perf_counter() - t0)

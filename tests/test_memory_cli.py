@@ -222,3 +222,54 @@ def test_remember_replace_forget_on_a_qdrant_server(server_cli: Cli) -> None:
     cli.ok("memories", "forget", second, "--user", user)
     assert "memories: 1" in cli.ok("forget", "--user", user, "--yes").stdout
     assert _ids(cli, "--user", user, "--all") == []
+
+
+def test_an_unreachable_qdrant_server_is_one_line_and_exit_69(mem_cli: Cli) -> None:
+    down = {"QDRANT_URL": "http://127.0.0.1:9"}  # nothing listens on the discard port
+    for args in (("remember", "--user", "ann", "kept?"), ("memories", "list", "--user", "ann")):
+        failed = mem_cli.fails(*args, extra_env=down)
+        assert failed.returncode == 69 and "did not answer" in failed.stderr, failed.stderr
+    assert not (mem_cli.data_dir / "memories").exists()  # nothing fell back to the embedded store
+
+
+# Where an erasure or a reindex is killed: inside the new shard's making, and after each rename of
+# the swap (the store moved aside; the new shard marked complete; the new shard in place).
+KILLS = [
+    ("forget", "after:market_analyst.persistence.memory.edge:EdgeMemoryStore._build"),
+    ("forget", "after:os:rename:1"),
+    ("forget", "after:os:rename:2"),
+    ("forget", "after:os:rename:3"),
+    ("reindex", "after:os:rename:1"),
+    ("reindex", "after:os:rename:2"),
+]
+
+
+@pytest.mark.parametrize(("command", "kill"), KILLS)
+def test_a_kill_during_a_rewrite_leaves_the_old_shard_or_the_new(
+    mem_cli: Cli, embedder: WordLlamaEmbedder, command: str, kill: str
+) -> None:
+    from tests.support import store_child
+
+    cli, store, now = mem_cli, _store(mem_cli, embedder), datetime.now(UTC)
+    kept = [_note(who, f"{who}'s note on margins", days_ago=2, now=now) for who in ("ann", "bob", "cy")]
+    gone = _note("ann", "Ann's note to forget", days_ago=1, now=now)
+    store.write([*kept, gone])
+    before = _points(store)
+    args = (
+        ["memories", "forget", gone.id, "--user", "ann"] if command == "forget" else ["memories", "reindex"]
+    )
+    child = store_child.start(args, env=cli.env, cwd=cli.cwd, kill=kill)
+    child.communicate(timeout=120)
+    assert child.returncode == -9, f"{kill} was not reached"
+
+    after = _points(store)  # the next opening finishes or undoes what the kill left
+    expected = {k: v for k, v in before.items() if k != gone.id}
+    if command == "forget":
+        assert after in (before, expected)
+    else:
+        assert set(after) == set(before)  # re-embedded with the same model: the same points
+    if command == "reindex" or gone.id in after:
+        cli.ok(*args)  # run again, it finishes the job
+    assert _points(store) == (before if command == "reindex" else expected)
+    leftovers = [p.name for p in cli.data_dir.iterdir() if p.name.startswith("memories.")]
+    assert leftovers == []

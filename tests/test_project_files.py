@@ -110,6 +110,10 @@ def test_make_bench_runs_every_section():
     assert "POST /api/threads/{id}/approve (warm server) p50" in result.stdout
     assert "market-analyst approve (a process each)      p50" in result.stdout
     assert "ratio at p50" in result.stdout
+    result = run_make("bench", "BENCH_ARGS=memory --n 300", timeout=300)
+    assert "memory: recall over 300 memories on Qdrant Edge" in result.stdout
+    assert "open shard p50" in result.stdout and "bytes on disk a memory" in result.stdout
+    assert "one memory a write" in result.stdout and "a fresh process recalls" in result.stdout
 
 
 def test_the_licence_covers_the_code_and_names_the_data_licence():

@@ -96,6 +96,8 @@ class EdgeMemoryStore:
     def _absent(self) -> bool:
         if is_memory_store(self.path) or _sibling(self.path, ".edge-ready").exists():
             return False
+        if is_memory_store(_sibling(self.path, ".edge-old")):
+            return False  # killed in the middle of a swap: the next opening puts it back
         refuse_under_file(self.path, WHAT)
         return True
 
