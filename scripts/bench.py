@@ -100,6 +100,16 @@ def bench_replicas(n: int | None) -> bool:
     return True
 
 
+def bench_memory_analyze(n: int | None) -> bool:
+    """`analyze` to the gate for a user with 1,000 memories against the same user with none (target
+    within 1.3x), and that a user with none loads no embedding model."""
+    import bench_memory_analyze
+
+    n = n or 1_000
+    print(f"memory-analyze: 'analyze' from process start to the gate, a user with {n:,} memories and none")
+    return bench_memory_analyze.run(n)
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
     "profile-open": bench_profile_open,
@@ -110,6 +120,7 @@ SECTIONS: dict[str, Section] = {
     "approvals": bench_approvals,
     "memory": bench_memory,
     "replicas": bench_replicas,
+    "memory-analyze": bench_memory_analyze,
 }
 
 

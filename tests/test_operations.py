@@ -104,6 +104,7 @@ def test_history_names_every_node_and_fork_starts_a_new_thread(cli: Cli):
     assert nodes == [
         "__start__",
         "load_profile",
+        "recall",
         "fetch_market_data",
         "analyze",
         "draft_report",

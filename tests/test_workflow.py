@@ -171,6 +171,7 @@ def test_the_gate_is_an_interrupt_in_the_real_graph():
     assert list(graph.nodes) == [
         "__start__",
         "load_profile",
+        "recall",
         "fetch_market_data",
         "analyze",
         "draft_report",

@@ -26,6 +26,7 @@ from market_analyst.nodes.fetch_market_data import fetch_market_data
 from market_analyst.nodes.human_review import human_review
 from market_analyst.nodes.load_profile import load_profile
 from market_analyst.nodes.publish import publish
+from market_analyst.nodes.recall import recall
 from market_analyst.nodes.record_decision import record_decision
 from market_analyst.nodes.tools import tool_node
 from market_analyst.ports import Deps
@@ -34,6 +35,7 @@ from market_analyst.state import AnalystState
 # The main line, in order; `tools` runs only for the LLM analyst, between its turns of `analyze`.
 NODES = (
     "load_profile",
+    "recall",
     "fetch_market_data",
     "analyze",
     "draft_report",
@@ -48,6 +50,7 @@ GATE = "human_review"
 LEGACY_GATE = "publish"
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "load_profile": load_profile,
+    "recall": recall,
     "fetch_market_data": fetch_market_data,
     "analyze": analyze,
     "draft_report": draft_report,
@@ -88,7 +91,7 @@ def build_graph(
     default_deps: Deps | None = None,
     wrap_node: NodeWrapper | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """Compile `load_profile → fetch_market_data → analyze → draft_report → human_review →
+    """Compile `load_profile → recall → fetch_market_data → analyze → draft_report → human_review →
     record_decision → publish`; `human_review` interrupts the run until a person decides."""
     # No `context_schema`: Deps holds live clients, which no caller can send as JSON and which have no
     # JSON Schema; declared, it made a LangGraph server build Deps from its dict context (a TypeError
@@ -104,7 +107,8 @@ def build_graph(
         builder.add_node(name, node, destinations=_DECISION_ROUTES if name == "record_decision" else None)
     builder.add_node(TOOLS, tool_node(default_deps))
     builder.add_edge(START, "load_profile")
-    builder.add_edge("load_profile", "fetch_market_data")
+    builder.add_edge("load_profile", "recall")
+    builder.add_edge("recall", "fetch_market_data")
     builder.add_edge("fetch_market_data", "analyze")
     builder.add_conditional_edges("analyze", next_step, ["draft_report", TOOLS, "analyze"])
     builder.add_edge(TOOLS, "analyze")

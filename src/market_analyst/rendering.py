@@ -106,6 +106,34 @@ def _feedback_section(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+MEMORY_KINDS_SHOWN = {
+    "feedback": "revise feedback",
+    "rejection": "rejection reason",
+    "approval_note": "approval note",
+    "report": "published report",
+    "remembered": "asked to remember",
+}
+
+
+def _memories_section(d: dict[str, Any]) -> list[str]:
+    """What the user said before, as recall found it: each memory's day, kind and source thread, and
+    its text as literal data."""
+    memories = d.get("memories") or []
+    if not memories:
+        return []
+    lines = ["", "## What you said before", ""]
+    for m in memories:
+        kind = MEMORY_KINDS_SHOWN.get(str(m.get("kind")), plain(m.get("kind")))
+        source = f"thread {plain(m['thread_id'])}" if m.get("thread_id") else "no thread"
+        ticker = f", {plain(m['ticker'])}" if m.get("ticker") else ""
+        lines.append(
+            f"- {plain(m['date'])}, {kind}{ticker} ({source}, memory {plain(m['id'])}): {plain(m['text'])}"
+        )
+    if d.get("memory_response"):
+        lines += ["", plain(d["memory_response"])]
+    return lines
+
+
 def render_markdown(d: dict[str, Any]) -> str:
     """The Markdown rendering of a draft (every figure it cites comes from `figures` or `facts`)."""
     lines = [
@@ -135,10 +163,11 @@ def render_markdown(d: dict[str, Any]) -> str:
     options = d.get("options") or {}
     if options:
         chosen = ", ".join(f"{k.replace('_', ' ')} {plain(v)}" for k, v in sorted(options.items()))
-        lines.append(f"- Chosen for this thread with revise (not the stored profile): {chosen}")
+        lines.append(f"- Chosen for this thread, not the stored profile: {chosen}")
     analyst = d["analyst"]
     lines.append(f"- Analyst: {plain(analyst['name'])} (version {plain(analyst['version'])})")
     lines.append(f"- Framing: {plain(d['framing'])}")
     lines += _feedback_section(d)
+    lines += _memories_section(d)
     lines += ["", f"Draft {d['draft_id']}, revision {d['revision']}.", "", f"*{DISCLAIMER}*", ""]
     return "\n".join(lines)

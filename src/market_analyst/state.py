@@ -37,7 +37,7 @@ MAX_NOTES_CHARS = 500
 # without it was started by 0.1.0 or earlier (schema 1). Raise it whenever a state key is added,
 # removed, renamed or changes meaning, and register how to read the previous schema in
 # `workflow/upgrade.py`: threads wait at the gate for days, across upgrades.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # A question is a sentence or a paragraph: a longer one is refused before a run starts.
 MAX_QUESTION_CHARS = 2000
 
@@ -169,6 +169,10 @@ class Draft(BaseModel):
     feedback: list[str]
     feedback_notes: list[dict[str, Any]] = Field(default_factory=list)  # per item: what the analyst did
     facts: list[str] = Field(default_factory=list)  # what the analyst was given and found, one per line
+    # What the owner said before (recall): per memory its id, date, kind, thread_id, ticker and text;
+    # and what the analyst did with them.
+    memories: list[dict[str, Any]] = Field(default_factory=list)
+    memory_response: str = ""
     chart: dict[str, Any] | None = None  # analyst.chart_data.chart_series
     markdown: str
 
@@ -279,6 +283,7 @@ class AnalystState(TypedDict, total=False):
     question: str
     user_id: str
     profile: dict[str, Any]  # ProfileUsed: the stored profile (or the defaults) as load_profile read it
+    recalled: list[dict[str, Any]]  # Memory: what the owner said before, as recall found it for this run
     overrides: dict[str, str]  # risk_tolerance / horizon chosen for this thread with `revise`
     market: dict[str, Any]  # figures, chart (a coarse series for the chart), as_of, data_source
     analysis: dict[str, Any] | None  # recommendation, confidence, score, risk factors, analyst, facts

@@ -22,7 +22,7 @@ from market_analyst.graph import NODES
 from tests.support.crashkit import Harness
 from tests.support.retry import retry_while_busy
 
-ANALYZE_NODES = NODES[:4]
+ANALYZE_NODES = NODES[: NODES.index("draft_report") + 1]
 GATE = "human_review"
 # `before:human_review` falls in `analyze` (as the gate first asks); `before:human_review#1` in
 # `approve` (as the gate starts again with the decision, which LangGraph saved before it runs).

@@ -8,7 +8,7 @@ from typing import Any
 
 from market_analyst.cli.common import emit_json
 from market_analyst.errors import RunStopped
-from market_analyst.formatting import one_decimal, pct, price, signed_pct, two_decimals
+from market_analyst.formatting import one_decimal, pct, price, printable, signed_pct, two_decimals
 
 
 def thread_json(view: Any) -> dict[str, Any]:
@@ -39,6 +39,12 @@ def render_draft(view: Any) -> None:
     print(f"  Profile: {(d.get('profile') or {}).get('statement')}")
     analyst = d.get("analyst") or {}
     print(f"  Analyst: {analyst.get('name')} (version {analyst.get('version')})")
+    memories = d.get("memories") or []
+    if memories:
+        print("  What you said before:")
+        for m in memories:
+            source = f"thread {m.get('thread_id')}" if m.get("thread_id") else "no thread"
+            print(f"    {m.get('date')} {m.get('kind')} ({source}): {printable(str(m.get('text')))}")
 
 
 def _beta(benchmark: Any) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
 
 from market_analyst.choices import CheckpointerKind, Durability, Horizon, MarketDataKind, RiskTolerance
@@ -14,6 +17,7 @@ from market_analyst.cli.render import (
     stops_as_json,
     thread_json,
 )
+from market_analyst.errors import UserError
 
 DURABILITY_HELP = "When checkpoints are written: sync (default), async or exit. Env: MA_DURABILITY."
 CHECKPOINTER_HELP = "postgres (default) or redis. Env: MA_CHECKPOINTER."
@@ -29,12 +33,19 @@ def analyze(
     durability: Durability | None = typer.Option(None, "--durability", help=DURABILITY_HELP),
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     data: MarketDataKind | None = typer.Option(None, "--data", help=DATA_HELP),
+    no_input: bool = typer.Option(
+        False, "--no-input", help="Ask nothing: a user without a profile gets the stated defaults."
+    ),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Analyse TICKER and stop before publishing, printing the thread ID and how to approve it."""
+    """Analyse TICKER and stop before publishing, printing the thread ID and how to approve it.
+    On a terminal, a user without a stored profile is first asked its two questions."""
     from market_analyst.workflow import start_analysis
 
     settings = load_settings(durability=durability, checkpointer=checkpointer, market_data=data)
+    answers = None
+    if not (no_input or json_output) and sys.stdin.isatty() and sys.stdout.isatty():
+        answers = ask_profile(settings, user)
     with stops_as_json(json_output):
         view = start_analysis(
             settings,
@@ -43,8 +54,44 @@ def analyze(
             user=user,
             thread_id=thread_id,
             progress=None if json_output else progress_printer(),
+            profile_answers=answers,
         )
     show(view, json_output)
+
+
+def _choose(question: str, choices: tuple[str, ...], default: str) -> str:
+    while True:
+        answer = typer.prompt(f"{question} ({', '.join(choices)})", default=default).strip().lower()
+        if answer in choices:
+            return answer
+        print(f"  Please answer one of: {', '.join(choices)}.")
+
+
+def ask_profile(settings: Any, user: str | None) -> dict[str, str] | None:
+    """The first-run questions: a user with no stored profile, on a terminal, is asked the profile's
+    two questions; the answers are saved as the profile if the user says so (then never asked again),
+    else used for this run only. None when a profile is stored (nothing is asked)."""
+    from market_analyst.state import HORIZONS, RISK_TOLERANCES
+    from market_analyst.workflow.stores import set_profile, show_profile
+
+    used = show_profile(settings, user)
+    if used.source == "stored":
+        return None
+    who = used.profile.user_id
+    print(f"No stored profile for user {who!r}: two questions (Enter keeps the default).")
+    try:
+        risk = _choose("Risk tolerance", RISK_TOLERANCES, used.profile.risk_tolerance)
+        horizon = _choose("Horizon", HORIZONS, used.profile.horizon)
+        save = typer.confirm(f"Save these answers as the profile of {who!r}?", default=True)
+    except typer.Abort:  # end of input (Ctrl-D) or Ctrl-C at a question
+        raise UserError("analyze stopped at the profile questions: nothing was run") from None
+    answers = {"risk_tolerance": risk, "horizon": horizon}
+    if save:
+        set_profile(settings, who, risk_tolerance=risk, horizon=horizon)  # type: ignore[arg-type]
+        print(f"Saved. Change it with: market-analyst profile set --user {who} ...")
+        return None
+    print("Not saved: this run uses these answers; the next run asks again.")
+    return answers
 
 
 DRAFT_HELP = (

@@ -21,6 +21,12 @@ NOT_ACTED = (
     "(--question, --risk-tolerance, --horizon)"
 )
 
+# What the built-in rules did with the memories recall found: nothing, and the draft says so.
+MEMORIES_NOT_ACTED = (
+    "Recorded, not acted on: the built-in rules compute the same figures and the same recommendation "
+    "whatever earlier notes say; they are listed for the reviewer, not followed."
+)
+
 
 def profile_for_run(state: AnalystState) -> Profile:
     """The profile the analysis uses: the one read at the start, with this thread's revise options."""
@@ -40,4 +46,6 @@ def analyze(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
     analysis["feedback_notes"] = [
         {"feedback": item, "response": NOT_ACTED, "acted": False} for item in feedback
     ]
+    if state.get("recalled"):
+        analysis["memory_response"] = MEMORIES_NOT_ACTED
     return {"analysis": analysis}

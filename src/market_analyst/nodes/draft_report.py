@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -18,6 +19,21 @@ def draft_id_for(content: dict[str, Any]) -> str:
     """A digest of the draft's content and inputs: equal drafts share an ID, any change makes a new one."""
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:24]
+
+
+def memory_line(memory: dict[str, Any]) -> dict[str, Any]:
+    """What the draft shows of a recalled memory: when (UTC day), what kind, from which thread, and
+    its text as it was stored."""
+    at = datetime.fromisoformat(str(memory["created_at"]).replace("Z", "+00:00"))
+    day = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC).date().isoformat()
+    return {
+        "id": memory["id"],
+        "date": day,
+        "kind": memory["kind"],
+        "thread_id": memory.get("thread_id"),
+        "ticker": memory.get("ticker"),
+        "text": memory["text"],
+    }
 
 
 def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -62,6 +78,8 @@ def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
         "feedback": list(state.get("feedback") or []),
         "feedback_notes": list(analysis.get("feedback_notes") or []),
         "facts": list(analysis.get("facts") or []),
+        "memories": [memory_line(m) for m in state.get("recalled") or []],
+        "memory_response": str(analysis.get("memory_response") or "") if state.get("recalled") else "",
         # What the price chart is drawn from, kept with the draft so the archive shows the chart
         # that was approved (None for a run that fetched its data before charts existed).
         "chart": market.get("chart"),

@@ -1,7 +1,13 @@
-"""publish: write the approved draft to the archive, exactly once, and only with an approval."""
+"""publish: write the approved draft to the archive, exactly once, and only with an approval; then
+remember what the report concluded, as one memory of the user it was for.
+
+The memory is written after the archive write and named by the archive key, so a kill between the
+two re-runs `publish`, which finds its document and writes the same memory: a report is remembered
+once, and only once it is archived."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -9,8 +15,9 @@ from langgraph.runtime import Runtime
 
 from market_analyst.decisions import content_hash
 from market_analyst.errors import UserError
+from market_analyst.formatting import pct, price, signed_pct
 from market_analyst.ports import AuditEvent, Deps, PublishRequest
-from market_analyst.state import AnalystState, Approval, Draft
+from market_analyst.state import MAX_MEMORY_CHARS, AnalystState, Approval, Draft, Memory, memory_id
 
 
 class PublishRefused(UserError):
@@ -70,4 +77,41 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
             archive_key=result.key,
         )
     )
+    if owner := state.get("user_id"):
+        remembered = report_memory(owner, thread_id, draft, approval, result.key, runtime.context.now())
+        runtime.context.memory.write([remembered])
     return {"publication": {"key": result.key, "operation_id": operation_id, "created": result.created}}
+
+
+def report_text(draft: Draft) -> str:
+    """A published report in a few lines: ticker, as-of date, recommendation, confidence, the headline
+    figures and the risk factors."""
+    f = draft.figures
+    text = (
+        f"Published report on {draft.ticker} as of {draft.as_of}: {draft.recommendation.upper()}, "
+        f"confidence {draft.confidence:.2f}. Price {price(f.get('price'))}, "
+        f"1Y {signed_pct(f.get('return_1y'))}, "
+        f"volatility {pct(f.get('volatility_1y'))}, max drawdown {pct(f.get('max_drawdown_1y'))}, "
+        f"trend {f.get('trend')}. Risks: {'; '.join(draft.risk_factors) or 'none flagged'}."
+    )
+    return " ".join(text.split())[:MAX_MEMORY_CHARS]
+
+
+def report_memory(
+    owner: str, thread_id: str, draft: Draft, approval: Approval, key: str, now: datetime
+) -> Memory:
+    """The memory of one published report, named by its archive key (a re-run names the same one)."""
+    at = datetime.fromisoformat(approval.at) if approval.at else now
+    return Memory(
+        id=memory_id("report", key),
+        owner=owner,
+        kind="report",
+        text=report_text(draft),
+        ticker=draft.ticker,
+        created_at=at if at.tzinfo else at.replace(tzinfo=UTC),
+        thread_id=thread_id,
+        draft_id=draft.draft_id,
+        archive_key=key,
+        said_by=", ".join(approval.approvers or [approval.by]),
+        verified=approval.verified,
+    )

@@ -3,11 +3,22 @@ it leads: back to the gate while approvals are short of the quorum, to `publish`
 distinct approvers approved this draft, to `analyze` for a revise, to the end for a rejection.
 
 Its audit entry is named by the decision itself, so a re-run after a crash appends nothing twice.
+
+It also writes the decision's text (the revise feedback, the rejection reason, the approval note) as
+a memory of the person the analysis was for. The order is what makes that safe: the decision this
+node applies is the one `human_review` returned, and with the `sync` durability every decision runs
+in, LangGraph saved that step's checkpoint (holding `decision`) before this node starts. So a memory
+is only ever written for a decision that is already recorded in the thread, and a kill anywhere in
+this node leaves `decision` in the checkpoint: `resume` runs this node again, which writes the same
+memory (its ID derives from the thread, the draft, the kind and who decided) and the same audit event.
+No decision is recorded without its memory once the thread moves on; none is remembered twice.
 """
 
 from __future__ import annotations
 
 import hashlib
+import unicodedata
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.messages import RemoveMessage
@@ -19,9 +30,47 @@ from langgraph.types import Command
 
 from market_analyst.decisions import Decision, content_hash
 from market_analyst.ports import AuditEvent, Deps
-from market_analyst.state import AnalystState, Approval
+from market_analyst.state import MAX_MEMORY_CHARS, AnalystState, Approval, Memory, MemoryKind, memory_id
 
 AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised"}
+_UNWRITABLE = ("Cc", "Cf", "Cs", "Co", "Cn")  # what check_memory_text refuses in a memory
+MEMORY_KINDS: dict[str, MemoryKind] = {
+    "approve": "approval_note",
+    "reject": "rejection",
+    "revise": "feedback",
+}
+
+
+def memory_text(raw: str) -> str:
+    """A person's note as a memory's text: control characters become spaces, runs of spaces one,
+    cut to the memory limit (the note itself is kept whole in the state and the audit log)."""
+    cleaned = "".join(" " if unicodedata.category(ch) in _UNWRITABLE else ch for ch in raw)
+    return " ".join(cleaned.split())[:MAX_MEMORY_CHARS].strip()
+
+
+def decision_memory(thread_id: str, state: AnalystState, decision: Decision, now: datetime) -> Memory | None:
+    """The memory a decision leaves: its note, reason or feedback, owned by the user the analysis was
+    for; None for a decision without text (an approval without a note, a revise of options only).
+    The same decision gives the same memory, byte for byte."""
+    text = memory_text(decision.note)
+    owner = state.get("user_id")
+    if not text or not owner:
+        return None
+    kind = MEMORY_KINDS[decision.action]
+    at = datetime.fromisoformat(decision.at) if decision.at else now
+    return Memory(
+        id=memory_id(kind, thread_id, decision.draft_id, decision.by),
+        owner=owner,
+        kind=kind,
+        text=text,
+        ticker=state.get("ticker"),
+        created_at=at if at.tzinfo else at.replace(tzinfo=UTC),
+        thread_id=thread_id,
+        draft_id=decision.draft_id,
+        archive_key=None,
+        said_by=decision.by,
+        verified=decision.verified,
+    )
 
 
 def decision_event_id(thread_id: str, decision: Decision) -> str:
@@ -31,7 +80,8 @@ def decision_event_id(thread_id: str, decision: Decision) -> str:
 
 
 def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> Command[Any]:
-    """Record the accepted decision in the state and in the audit log, and route the run."""
+    """Record the accepted decision in the state, the audit log and the owner's memories, and route
+    the run."""
     deps = runtime.context
     thread_id = str(config["configurable"]["thread_id"])
     decision = Decision.model_validate(state["decision"])
@@ -53,6 +103,9 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
             note=decision.note,
         )
     )
+    remembered = decision_memory(thread_id, state, decision, deps.now())
+    if remembered is not None:
+        deps.memory.write([remembered])
     update: dict[str, Any] = {"decision": None}
     if decision.action == "revise":
         return Command(goto="analyze", update=update | _revision(state, decision))

@@ -79,8 +79,11 @@ def start_analysis(
     user: str | None = None,
     thread_id: str | None = None,
     progress: Progress | None = None,
+    profile_answers: dict[str, str] | None = None,
 ) -> ThreadView:
-    """Run a new thread up to the approval gate. Bad input fails before any state is written."""
+    """Run a new thread up to the approval gate. Bad input fails before any state is written.
+    `profile_answers` (risk_tolerance, horizon) are used for this thread instead of the stored profile
+    or the defaults: the first-run questions a person answered without saving them."""
     from market_analyst.market_data import normalize_ticker
 
     symbol = normalize_ticker(ticker)
@@ -103,6 +106,7 @@ def start_analysis(
             "question": question or "",
             "user_id": user_id,
             "feedback": [],
+            **({"overrides": dict(profile_answers)} if profile_answers else {}),
             "started_at": now,
             "schema_version": SCHEMA_VERSION,
         }

@@ -52,11 +52,14 @@ STATE_KEYS: dict[int, frozenset[str]] = {
 # Schema 2: the thread records its schema, and the interrupt gate keeps the draft's approvals so far
 # and the decision it accepted until record_decision applies it.
 STATE_KEYS[2] = STATE_KEYS[1] | {"schema_version", "approvals", "decision"}
+# Schema 3: the memories `recall` found for the run.
+STATE_KEYS[3] = STATE_KEYS[2] | {"recalled"}
 
 # The released versions whose threads carry each schema, for messages an operator reads.
 WRITTEN_BY: dict[int, str] = {
     1: "market-analyst 0.1.0 or earlier",
     2: "a version of market-analyst after 0.1.0",
+    3: "a version of market-analyst that recalls memories",
 }
 
 
@@ -80,7 +83,17 @@ def _schema_1_to_2(values: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": 2}
 
 
-MIGRATIONS: dict[int, Migration] = {1: Migration(source=1, apply=_schema_1_to_2)}
+def _schema_2_to_3(values: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 adds `recalled` and removes nothing. A thread of schema 2 recalled nothing (its run
+    had no recall step), which is what an absent `recalled` already says, so it stays absent: the
+    draft it waits with is the draft the person reads, and it is not made again."""
+    return {"schema_version": 3}
+
+
+MIGRATIONS: dict[int, Migration] = {
+    1: Migration(source=1, apply=_schema_1_to_2),
+    2: Migration(source=2, apply=_schema_2_to_3),
+}
 
 
 def schema_of(values: dict[str, Any]) -> int:
