@@ -5,11 +5,14 @@ source untouched."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import psycopg
 
+from market_analyst.deps import open_approvers
 from market_analyst.persistence.archive.document import render_document
+from market_analyst.settings import Settings
 from tests.support.cli import Cli
 from tests.support.reports import report_document, write_reports
 from tests.test_exactly_once import run_with_kill
@@ -57,7 +60,7 @@ def test_migrate_ten_thousand_reports_killed_then_twice(cli: Cli):
     assert 0 < len(partial) < BIG  # the committed batches stayed, the rest had not started
 
     first = cli.ok("records", "migrate", "--to", "postgres", "--json").json()
-    [archive] = first["stores"]
+    [archive] = [store for store in first["stores"] if store["store"] == "archive"]
     assert (archive["copied"], archive["present"]) == (BIG - len(partial), len(partial))
     assert first["changed"] is True
 
@@ -120,10 +123,48 @@ def test_migrate_names_an_unreadable_document_and_copies_the_rest(cli: Cli):
     assert sorted(stored(cli.env["POSTGRES_URL"])) == sorted(keys[:2])
 
 
-def test_migrate_an_empty_archive_says_so(cli: Cli):
+def test_migrate_an_empty_data_directory_says_so(cli: Cli):
+    cli.data_dir.mkdir()
+    before = tree_digest(cli.data_dir)
     out = cli.ok("records", "migrate", "--to", "postgres").stdout
-    assert "archive: no reports in" in out and "Nothing changed" in out
-    assert not (cli.data_dir / "reports").exists()
+    assert "archive: no reports in" in out and "audit: no entries in" in out and "Nothing changed" in out
+    assert tree_digest(cli.data_dir) == before
+
+
+def test_migrate_copies_approvers_secret_and_audit_log(cli: Cli):
+    token = cli.ok("approvers", "add", "bob").stdout.strip()
+    cli.ok("approvers", "add", "cy", "--role", "reviewer")
+    cli.ok("analyze", "NVDA", "--thread-id", "t-audit", "--user", "ann")
+    cli.ok("approve", "t-audit", "--user", "bob")
+    cli.ok("analyze", "MSFT", "--thread-id", "t-reject")
+    cli.ok("reject", "t-reject", "--reason", "stale data")
+    files = {
+        args: cli.ok(*args).stdout for args in (("approvers", "list", "--json"), ("audit", "list", "--json"))
+    }
+    # The secret signing the web inbox's sessions, made as `serve` makes it on first use.
+    secret = open_approvers(Settings.load(environ=cli.env, dotenv=None)).session_secret()
+    before = tree_digest(cli.data_dir)
+
+    first = {
+        s["store"]: s for s in cli.ok("records", "migrate", "--to", "postgres", "--json").json()["stores"]
+    }
+    entries = len(json.loads(files[("audit", "list", "--json")]))
+    assert entries >= 2
+    assert (first["audit"]["copied"], first["audit"]["present"]) == (entries, 0)
+    assert (first["approvers"]["copied"], first["approvers"]["present"]) == (3, 0)  # two and the secret
+    assert (first["archive"]["copied"], first["archive"]["present"]) == (1, 0)
+    again = cli.ok("records", "migrate", "--to", "postgres")
+    assert f"audit: 0 entries copied, {entries} already present" in again.stdout
+    assert "Nothing changed" in again.stdout
+    assert tree_digest(cli.data_dir) == before
+
+    cli.env["MA_RECORDS"] = "postgres"
+    for args, output in files.items():  # the same approvers and the same entries, in order
+        assert cli.ok(*args).stdout == output, args
+    assert "The audit log verifies" in cli.ok("audit", "verify").stdout
+    settings = Settings.load(environ=cli.env, dotenv=None)
+    assert open_approvers(settings).authenticate(token) is not None  # the token hash came along
+    assert open_approvers(settings).session_secret() == secret
 
 
 def test_migrate_errors_are_one_line(cli: Cli, tmp_path: Path):
@@ -139,3 +180,13 @@ def test_migrate_errors_are_one_line(cli: Cli, tmp_path: Path):
         "records", "migrate", "--to", "postgres", extra_env={"POSTGRES_URL": "postgresql://u@127.0.0.1:9/x"}
     )
     assert down.returncode == 69 and "cannot connect to PostgreSQL" in down.stderr
+
+
+def test_migrate_refuses_a_session_secret_the_database_has_of_its_own(cli: Cli):
+    files_secret = open_approvers(Settings.load(environ=cli.env, dotenv=None)).session_secret()
+    postgres = open_approvers(Settings.load(environ=cli.env | {"MA_RECORDS": "postgres"}, dotenv=None))
+    database_secret = postgres.session_secret()
+    assert database_secret != files_secret
+    result = cli.fails("records", "migrate", "--to", "postgres")
+    assert result.returncode == 2 and "session secret of its own" in result.stderr
+    assert postgres.session_secret() == database_secret  # not overwritten

@@ -46,6 +46,7 @@ __all__ = [
     "SignInLimits",
     "build_deps",
     "check_analyst",
+    "copy_approvals_to_records",
     "copy_archive_to_records",
     "decision_policy",
     "embedded_server",
@@ -59,6 +60,7 @@ __all__ = [
     "open_profiles",
     "open_sessions",
     "open_sign_in_limits",
+    "records_location",
     "stop_embedded_server",
 ]
 
@@ -131,6 +133,27 @@ def copy_archive_to_records(
 
     source, target = ReportArchive(settings.archive_dir), PostgresArchive(settings)
     return target.copy_from(source, progress=progress), source.location, target.location
+
+
+def copy_approvals_to_records(settings: Settings) -> dict[str, tuple[int, int]]:
+    """Copy the data directory's approvers (names, roles, token hashes), the session secret and the
+    audit log (entries in order, the chain verified before and after) into the records database,
+    whatever `MA_RECORDS` says, reading the files only: (copied, already present) per store."""
+    from market_analyst.persistence.approvals.copy import copy_approvers, copy_audit
+    from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
+    from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+
+    return {
+        "approvers": copy_approvers(ApproverStore(settings.data_dir), PostgresApproverStore(settings)),
+        "audit": copy_audit(AuditLog(settings.data_dir / "audit"), PostgresAuditLog(settings)),
+    }
+
+
+def records_location(settings: Settings) -> str:
+    """Where the records database is, for messages, without its password."""
+    from market_analyst.persistence.records import records_location as location
+
+    return location(settings)
 
 
 def open_approvers(settings: Settings) -> Approvers:

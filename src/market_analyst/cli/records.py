@@ -6,7 +6,10 @@ import typer
 
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
 
-app = typer.Typer(help="The records (archive) kept for several hosts in PostgreSQL.", no_args_is_help=True)
+app = typer.Typer(
+    help="The records (approvers, audit log, archive) kept for several hosts in PostgreSQL.",
+    no_args_is_help=True,
+)
 
 
 @app.command("migrate")
@@ -14,7 +17,8 @@ def migrate(
     to: str = typer.Option(..., "--to", help="Where to copy the records: postgres."),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Copy the report archive into PostgreSQL, verified byte for byte; safe to run again."""
+    """Copy the approvers, the audit log and the report archive into PostgreSQL, verified; safe to
+    run again."""
     from market_analyst.workflow.records import migrate_records
 
     result = migrate_records(load_settings(), to=to)
@@ -27,7 +31,7 @@ def migrate(
             continue
         print(
             f"{s.store}: {s.copied} {s.unit} copied, {s.present} already present, "
-            f"from {s.source} to {s.target}; every one read back identical"
+            f"from {s.source} to {s.target}; {s.checked}"
         )
     if not result.changed:
         print("Nothing changed: the records database already held everything.")

@@ -41,6 +41,13 @@ def records_uri(settings: Settings) -> str:
     return embedded_postgres_uri(settings.postgres_dir)
 
 
+def records_location(settings: Settings) -> str:
+    """Where the records database is, for messages, without its password (starts nothing)."""
+    if settings.postgres_url:
+        return f"the PostgreSQL records database at {redact_url(settings.postgres_url)}"
+    return f"the PostgreSQL records database in the embedded server at {settings.postgres_dir}"
+
+
 def _lock_key(component: str) -> int:
     digest = hashlib.sha256(f"market-analyst:records:{component}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)

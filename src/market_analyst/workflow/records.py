@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from market_analyst.deps import copy_archive_to_records
+from market_analyst.deps import copy_approvals_to_records, copy_archive_to_records, records_location
 from market_analyst.errors import UserError
 from market_analyst.settings import Settings
 
@@ -31,6 +31,7 @@ class StoreCopy:
     present: int
     source: str
     target: str
+    checked: str  # how the copy was checked
 
     def to_json(self) -> dict[str, Any]:
         """The copy as plain data."""
@@ -55,12 +56,29 @@ def _named(items: list[str]) -> str:
 
 
 def migrate_records(settings: Settings, *, to: str) -> RecordsMigration:
-    """Copy the report archive into the records database and verify it byte for byte; `UserError`
-    (one line, counts included) when a report differs from the one the database holds under its key
-    or operation, or a source document cannot be read."""
+    """Copy the approvers and the session secret, the audit log (its chain verified before and after)
+    and the report archive (verified byte for byte) into the records database, in that order;
+    `UserError` (one line, counts included) when the database holds something else under the same
+    name, key or operation, or a source cannot be read. Each store's copy is safe to run again."""
     if to not in TARGETS:
         raise UserError(f"records migrate --to {to!r}: the only target is postgres")
     result = RecordsMigration()
+    approvals = copy_approvals_to_records(settings)
+    where = records_location(settings)
+    result.stores.append(
+        StoreCopy(
+            "approvers",
+            "approvers and secret",
+            *approvals["approvers"],
+            str(settings.data_dir),
+            where,
+            "names, roles, token hashes and the session secret as stored",
+        )
+    )
+    audit_dir = str(settings.data_dir / "audit")
+    result.stores.append(
+        StoreCopy("audit", "entries", *approvals["audit"], audit_dir, where, "the chain verifies, in order")
+    )
     counts, source, target = copy_archive_to_records(settings)
     done = f"{counts.copied} copied, {counts.present} already present"
     if counts.conflicts:
@@ -73,5 +91,15 @@ def migrate_records(settings: Settings, *, to: str) -> RecordsMigration:
             f"archive: {len(counts.unreadable)} documents in {source} could not be copied "
             f"({_named(counts.unreadable)}); the others were ({done})"
         )
-    result.stores.append(StoreCopy("archive", "reports", counts.copied, counts.present, source, target))
+    result.stores.append(
+        StoreCopy(
+            "archive",
+            "reports",
+            counts.copied,
+            counts.present,
+            source,
+            target,
+            "every one identical byte for byte",
+        )
+    )
     return result
