@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from market_analyst.errors import UserError
+from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.persistence.approvals.approvers import ApproverStore
 from market_analyst.persistence.approvals.audit import AuditLog
 from market_analyst.persistence.approvals.copy import copy_approvers, copy_audit
@@ -185,3 +185,28 @@ def test_an_unreachable_records_database_is_one_line(cli: Cli):
     for args in (("approvers", "list"), ("audit", "verify"), ("approvers", "add", "kim")):
         down = cli.fails(*args, extra_env=env)
         assert down.returncode == 69 and "cannot connect to PostgreSQL at" in down.stderr, down.stderr
+
+
+def test_a_records_database_that_drops_the_connection_or_loses_the_head_row_is_one_clear_error(
+    tmp_path: Path, postgres_url: str
+):
+    settings = records_settings(postgres_url, tmp_path / "data")
+    limits = PostgresSignInLimits(settings, limit=5, window=60)
+    limits.failures("k", 1000.0)  # the tables exist
+    with pytest.raises(ServiceUnavailable, match="stopped answering.*run the command again"):
+        with limits.turn("k"), psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+    assert limits.failures("k", 1000.0) == 0  # the next operation connects again
+
+    log = PostgresAuditLog(settings)
+    log.append(_event(1))
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("DELETE FROM ma_audit_head")
+    with pytest.raises(
+        UserError, match="cannot be appended to: the log's head row .ma_audit_head. is missing"
+    ):
+        log.append(_event(2))
+    assert [e["event_id"] for e in log.entries()] == ["e:1"]

@@ -85,6 +85,19 @@ def test_two_replicas_share_sessions_approvers_and_one_report(
     assert signed_out.submit("/inbox", "/logout").status_code == 303
     assert not _works(_on(one, cookie)) and not _works(_on(two, cookie))
 
+    # `approvers sessions --revoke` from the command line ends a session on both replicas at once.
+    before = {s["session"] for s in cli.ok("approvers", "sessions", "bob", "--json").json()["sessions"]}
+    again = FormClient(two)
+    assert again.sign_in(bob).status_code == 303
+    [listed] = [
+        s
+        for s in cli.ok("approvers", "sessions", "bob", "--json").json()["sessions"]
+        if s["session"] not in before
+    ]
+    assert _works(_on(one, again.http.cookies["ma_session"]))
+    cli.ok("approvers", "sessions", "bob", "--revoke", "--session", listed["session"])
+    assert not _works(_on(one, again.http.cookies["ma_session"])) and not _works(again.http)
+
     # An approver removed through the command line is refused by both replicas at their next request,
     # though each had verified its token (and remembers it) and it had a session on one of them.
     carol_browser = FormClient(two)

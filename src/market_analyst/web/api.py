@@ -201,7 +201,7 @@ def get_report(request: Request, key: str, who: Approver) -> dict[str, Any]:
 
 @router.get(
     "/healthz",
-    summary="Whether the checkpointer, the profile store and the archive answer (no token needed)",
+    summary="Whether the checkpointer, profile store, archive and records answer (no token needed)",
     response_model=HealthOut,
     responses={503: {"model": HealthOut, "description": "A store does not answer"}},
 )
