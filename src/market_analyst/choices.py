@@ -10,6 +10,8 @@ AnalystKind = Literal["auto", "rules", "llm"]
 ProfileStoreKind = Literal["edge", "local"]
 # Where approvers, sessions, the session secret, the audit log and the archive live.
 RecordsKind = Literal["files", "postgres"]
+MemoryKind = Literal["feedback", "rejection", "approval_note", "report", "remembered"]
+RecallMode = Literal["bm25", "dense", "hybrid", "hybrid_recency"]
 RiskTolerance = Literal["conservative", "moderate", "aggressive"]
 Horizon = Literal["short", "medium", "long"]
 ThreadStatus = Literal[

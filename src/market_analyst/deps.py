@@ -23,8 +23,9 @@ from market_analyst.persistence.checkpoints.factory import (
     open_checkpointer,
     stop_embedded_server,
 )
+from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
-from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
+from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, MemoryStore
 from market_analyst.settings import Settings
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "open_audit",
     "open_checkpointer",
     "open_market_data",
+    "open_memory",
     "open_model",
     "open_profiles",
     "open_sessions",
@@ -150,6 +152,14 @@ def open_profiles(settings: Settings) -> ProfileStore:
     return ProfileStore.from_settings(settings)
 
 
+def open_memory(settings: Settings) -> MemoryStore:
+    """The memory store: the Qdrant Edge shard `memories/` in the data directory, embedded with
+    WordLlama's bundled model. Opens nothing and loads no model until it is used."""
+    from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
+
+    return EdgeMemoryStore(settings.data_dir / "memories", embedder=WordLlamaEmbedder)
+
+
 def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) -> Deps:
     """The dependencies `settings` describe. Opens nothing until a node uses it; `notify` hears what a
     long step is waiting for (a model that does not answer at once)."""
@@ -163,4 +173,5 @@ def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) 
         now=settings.now,
         policy=decision_policy(settings),
         audit=open_audit(settings),
+        memory=open_memory(settings),
     )

@@ -7,14 +7,15 @@ Nothing here opens a store or imports a client library: `deps.py` builds the rea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from market_analyst.choices import RecallMode
 from market_analyst.decisions import DecisionPolicy, Identity
-from market_analyst.state import Profile, ProfileUsed
+from market_analyst.state import Memory, Profile, ProfileUsed
 
 if TYPE_CHECKING:
     from market_analyst.market_data.base import PriceHistory
@@ -133,6 +134,100 @@ class _NoAudit:
         return {}
 
 
+class MemoryStore(Protocol):
+    """What people said in earlier threads, per owner: written by the workflow from recorded sources,
+    recalled by meaning and words. Every read is filtered by owner; superseded memories are never
+    recalled. Nothing is embedded (no model loaded) for an owner who has no memories."""
+
+    def write(self, memories: Sequence[Memory]) -> None:
+        """Insert or replace each memory by its ID: writing the same ID twice leaves one memory."""
+        ...
+
+    def recall(
+        self,
+        owner: str,
+        query: str,
+        *,
+        ticker: str | None = None,
+        limit: int = 5,
+        budget_chars: int = 1500,
+        mode: RecallMode = "hybrid_recency",
+        now: datetime | None = None,
+    ) -> list[Memory]:
+        """At most `limit` of `owner`'s live memories most relevant to `query` (and `ticker`), best
+        first, whose texts together fit in `budget_chars`; [] at once when the owner has none."""
+        ...
+
+    def has_memories(self, owner: str) -> bool:
+        """Whether `owner` has any memory (superseded ones count); cheap, loads no model."""
+        ...
+
+    def list(self, owner: str, *, include_superseded: bool = False) -> list[Memory]:
+        """`owner`'s memories, newest first; superseded ones only with `include_superseded`."""
+        ...
+
+    def get(self, owner: str, memory_id: str) -> Memory | None:
+        """The memory `memory_id` if `owner` owns it, else None (another owner's is absent too)."""
+        ...
+
+    def replace(self, owner: str, old_id: str, new: Memory) -> None:
+        """Write `new` and mark `old_id` (which `owner` must own: else `UserError`) superseded."""
+        ...
+
+    def forget(self, owner: str, memory_id: str) -> bool:
+        """Erase one of `owner`'s memories; False when `owner` has none with that ID."""
+        ...
+
+    def forget_user(self, owner: str) -> int:
+        """Erase every memory of `owner`; returns how many went."""
+        ...
+
+    def prune(self, older_than: datetime) -> int:
+        """Erase every memory made before `older_than`; returns how many went."""
+        ...
+
+
+class _NoMemory:
+    """For graphs built without a memory store (a test's bare graph): remembers nothing."""
+
+    def write(self, memories: Sequence[Memory]) -> None:
+        return None
+
+    def recall(
+        self,
+        owner: str,
+        query: str,
+        *,
+        ticker: str | None = None,
+        limit: int = 5,
+        budget_chars: int = 1500,
+        mode: RecallMode = "hybrid_recency",
+        now: datetime | None = None,
+    ) -> list[Memory]:
+        return []
+
+    def has_memories(self, owner: str) -> bool:
+        return False
+
+    def list(self, owner: str, *, include_superseded: bool = False) -> list[Memory]:
+        return []
+
+    def get(self, owner: str, memory_id: str) -> Memory | None:
+        return None
+
+    def replace(self, owner: str, old_id: str, new: Memory) -> None:
+        return None
+
+    def forget(self, owner: str, memory_id: str) -> bool:
+        return False
+
+    def forget_user(self, owner: str) -> int:
+        return 0
+
+    def prune(self, older_than: datetime) -> int:
+        return 0
+
+
 @dataclass(frozen=True)
 class Deps:
     """What the nodes use, passed as LangGraph's runtime context: never stored in a checkpoint."""
@@ -147,6 +242,7 @@ class Deps:
     policy: DecisionPolicy = field(default_factory=DecisionPolicy)  # who may decide, and how many approve
     audit: AuditWriter = field(default_factory=_NoAudit)
     identity: Identity | None = None  # who decides in this run, as the application's door knows them
+    memory: MemoryStore = field(default_factory=_NoMemory)  # what the owner said in earlier threads
 
 
 @dataclass(frozen=True)

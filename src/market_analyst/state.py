@@ -7,7 +7,9 @@ without custom types; the pydantic models validate that data where it is made an
 from __future__ import annotations
 
 import re
-from datetime import datetime
+import unicodedata
+import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage
@@ -15,7 +17,7 @@ from langgraph.graph.message import add_messages
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import TypedDict
 
-from market_analyst.choices import Horizon, RiskTolerance
+from market_analyst.choices import Horizon, MemoryKind, RiskTolerance
 from market_analyst.errors import UserError
 
 RISK_TOLERANCES: tuple[str, ...] = ("conservative", "moderate", "aggressive")
@@ -169,6 +171,94 @@ class Draft(BaseModel):
     facts: list[str] = Field(default_factory=list)  # what the analyst was given and found, one per line
     chart: dict[str, Any] | None = None  # analyst.chart_data.chart_series
     markdown: str
+
+
+# A memory is a note of a line or a paragraph: a reviewer's feedback, a reason, a report's summary.
+MAX_MEMORY_CHARS = 1000
+MEMORY_KINDS: tuple[str, ...] = ("feedback", "rejection", "approval_note", "report", "remembered")
+# The namespace of memory IDs: fixed, so the same source gives the same ID on every machine.
+_MEMORY_NAMESPACE = uuid.UUID("5b0c2a52-4f4e-4b8e-9a57-6d656d6f7279")
+
+
+def memory_id(kind: str, *source: str) -> str:
+    """The ID of the memory of `kind` that `source` (thread, draft, who, ...) gives: the same
+    decision recorded twice, or re-run after a crash, has one ID and so is one memory."""
+    return str(uuid.uuid5(_MEMORY_NAMESPACE, "\x1f".join((kind, *source))))
+
+
+def check_memory_text(text: str) -> str:
+    """`text` stripped, if it is 1 to 1000 characters with no control characters; else `UserError`."""
+    text = text.strip()
+    if not text:
+        raise UserError("a memory needs some text: it is empty")
+    if len(text) > MAX_MEMORY_CHARS:
+        raise UserError(f"a memory is at most {MAX_MEMORY_CHARS} characters; this one has {len(text)}")
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn") and char != " ":
+            raise UserError(
+                f"a memory cannot hold control characters (found U+{ord(char):04X}): write it on one line"
+            )
+    return text
+
+
+class Memory(BaseModel):
+    """What a person said (or a published report concluded) that later runs for its owner recall.
+
+    Written by the workflow from a recorded source, never by a model: `kind` says what it was, and
+    the source fields say where it came from. A memory is data: nothing in its text changes a rule."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    owner: str
+    kind: MemoryKind
+    text: str
+    ticker: str | None = None
+    created_at: datetime
+    thread_id: str | None = None
+    draft_id: str | None = None
+    archive_key: str | None = None
+    said_by: str | None = None
+    verified: bool = False
+    replaces: str | None = None
+    superseded: bool = False
+
+    @field_validator("owner")
+    @classmethod
+    def _owner(cls, value: str) -> str:
+        return validate_user_id(value)
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        return check_memory_text(value)
+
+    @field_validator("id", "replaces")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_memory_ref(value)
+        return value
+
+    @field_validator("created_at")
+    @classmethod
+    def _created_at(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("created_at must carry its time zone (UTC)")
+        return value.astimezone(UTC)
+
+
+def check_memory_ref(raw: str) -> str:
+    """Return `raw` if it has the shape of a memory ID (a UUID), else `UserError`."""
+    try:
+        return str(uuid.UUID(raw)) if len(raw) == 36 else _bad_memory_ref(raw)
+    except ValueError:
+        return _bad_memory_ref(raw)
+
+
+def _bad_memory_ref(raw: str) -> str:
+    shown = raw if len(raw) <= 20 else raw[:20] + "..."
+    raise UserError(f"invalid memory ID {shown!r}: a memory ID is a UUID, as `memories list` shows it")
 
 
 class Publication(BaseModel):

@@ -38,10 +38,11 @@ class StoreBusy(Exception):
 
 
 @contextmanager
-def lock_file(path: Path, *, shared: bool = False) -> Iterator[None]:
+def lock_file(path: Path, *, shared: bool = False, what: str = "the profile store") -> Iterator[None]:
     """Hold an advisory lock on `path` (created owner-only) for the block; `StoreBusy` at once when
-    another process holds it in a conflicting mode. The kernel releases it if the process dies."""
-    private_dir(path.parent, "the profile store")
+    another process holds it in a conflicting mode. The kernel releases it if the process dies.
+    `what` names the store in messages."""
+    private_dir(path.parent, what)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:  # the data directory is a file, or this user cannot write it
@@ -56,9 +57,15 @@ def lock_file(path: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def wait_while_busy(attempt: Callable[[], T], *, location: str, seconds: float = LOCK_WAIT_SECONDS) -> T:
+def wait_while_busy(
+    attempt: Callable[[], T],
+    *,
+    location: str,
+    seconds: float = LOCK_WAIT_SECONDS,
+    what: str = "the profile store",
+) -> T:
     """Call `attempt` until it stops raising `StoreBusy`, pausing with jittered exponential backoff,
-    for at most about `seconds`; then a `UserError` of one line that names `location`."""
+    for at most about `seconds`; then a `UserError` of one line that names `what` and `location`."""
     retrying = Retrying(
         retry=retry_if_exception_type(StoreBusy),
         wait=wait_random_exponential(multiplier=0.02, max=MAX_PAUSE_SECONDS),
@@ -69,7 +76,7 @@ def wait_while_busy(attempt: Callable[[], T], *, location: str, seconds: float =
         return retrying(attempt)
     except StoreBusy:
         raise UserError(
-            f"the profile store {location} is in use by another process (an embedded store admits one "
+            f"{what} {location} is in use by another process (an embedded store admits one "
             f"process at a time); waited {seconds:g} s: try again when it finishes, or set QDRANT_URL "
             "to use a Qdrant server"
         ) from None

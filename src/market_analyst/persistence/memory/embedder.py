@@ -1,0 +1,94 @@
+"""The embedder port and its implementations: text to a dense vector for recall by meaning.
+
+The store records the embedder's `name` and `dimension` with its collection, so vectors from one
+model are never compared with another's: a changed embedder is a clear error until the memories are
+re-embedded (`market-analyst memories reindex`).
+
+- `WordLlamaEmbedder` (the default): a 256-dimension static embedding model whose weights ship
+  inside the `wordllama` wheel; runs offline, loads in well under a second, and is imported only
+  when something is embedded.
+- `OpenAIEmbedder`: an OpenAI-compatible embeddings endpoint through `langchain-openai`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+WORDLLAMA_CONFIG = "l2_supercat"
+WORDLLAMA_DIMENSION = 256
+
+
+class Embedder(Protocol):
+    """Turns texts into dense vectors of `dimension` floats; `name` identifies the model."""
+
+    name: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        ...
+
+
+class WordLlamaEmbedder:
+    """WordLlama's bundled model, loaded from the package itself with downloads forbidden (its
+    loader otherwise looks for a `tokenizer` folder and fetches one). Loaded on first use."""
+
+    name = f"wordllama/{WORDLLAMA_CONFIG}"
+    dimension = WORDLLAMA_DIMENSION
+
+    def __init__(self) -> None:
+        self._model: Any = None
+
+    def _loaded(self) -> Any:
+        if self._model is None:
+            import wordllama
+            from wordllama import WordLlama
+
+            self._model = WordLlama.load(
+                config=WORDLLAMA_CONFIG,
+                cache_dir=Path(wordllama.__file__).parent,
+                dim=WORDLLAMA_DIMENSION,
+                disable_download=True,
+            )
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self._loaded().embed(list(texts), norm=True)
+        return [[float(x) for x in row] for row in vectors]
+
+
+class OpenAIEmbedder:
+    """An embeddings endpoint that speaks OpenAI's protocol (`langchain-openai`)."""
+
+    def __init__(
+        self, *, model: str, dimension: int, api_key: str, base_url: str | None = None, timeout: float = 30.0
+    ) -> None:
+        self.name = f"openai/{model}"
+        self.dimension = dimension
+        self._model = model
+        self._api_key = api_key
+        self._base_url = base_url
+        self._timeout = timeout
+        self._client: Any = None
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        if self._client is None:
+            from langchain_openai import OpenAIEmbeddings
+            from pydantic import SecretStr
+
+            self._client = OpenAIEmbeddings(
+                model=self._model,
+                dimensions=self.dimension,
+                api_key=SecretStr(self._api_key),
+                base_url=self._base_url,
+                timeout=self._timeout,
+                check_embedding_ctx_length=False,
+            )
+        vectors = self._client.embed_documents(list(texts))
+        return [[float(x) for x in row] for row in vectors]

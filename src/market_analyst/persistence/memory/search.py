@@ -1,0 +1,162 @@
+"""How recall composes its query: every number that tunes retrieval is here, in one place.
+
+A recall runs, inside the engine and filtered by owner (and not superseded) at every stage:
+
+1. two prefetches of `PREFETCH_LIMIT` candidates each: the nearest dense vectors (meaning) and the
+   nearest BM25 sparse vectors (words, weighted by IDF over the collection);
+2. reciprocal rank fusion of the two lists (`RRF_K`);
+3. for `hybrid_recency`, a rescoring formula: the fused score times a recency factor and a ticker
+   factor (below), evaluated by Qdrant's `Formula` on the candidates the fusion kept;
+4. at most `limit` results, then as many as fit in the character budget (in `budget`).
+
+The recency factor is `1 - RECENCY_WEIGHT + RECENCY_WEIGHT * decay`, where `decay` is Qdrant's
+exponential decay of the memory's age (`created_at` against now) that is `RECENCY_MIDPOINT` at
+`RECENCY_SCALE_DAYS`. Multiplying keeps relevance first: an old memory that matches still beats a
+fresh one that does not. The ticker factor is `1 + TICKER_BOOST` for a memory about the ticker the
+run analyses.
+
+The modes `bm25`, `dense` and `hybrid` stop after step 1 (one list) or step 2: the baselines that
+`make eval-memory` compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from market_analyst.choices import RecallMode
+from market_analyst.state import Memory
+
+PREFETCH_LIMIT = 40  # candidates each retriever contributes before fusion
+RRF_K = 60  # the usual reciprocal rank fusion constant
+FUSED_LIMIT = 40  # fused candidates the rescoring formula sees
+RECENCY_WEIGHT = 0.3  # how much of the score recency can take away from an old memory
+RECENCY_SCALE_DAYS = 180.0  # age at which the decay reaches RECENCY_MIDPOINT
+RECENCY_MIDPOINT = 0.5
+TICKER_BOOST = 0.5  # a memory about the analysed ticker counts this much more
+
+
+def owner_filter(owner: str, *, live_only: bool = True) -> Any:
+    """The filter every read carries: exactly this owner (and, for recall, not superseded).
+
+    `superseded` is matched with `must_not ... True`: Edge 0.9.0 matches no point with a `False`
+    boolean condition (checked: the count is 0), while `True` matches."""
+    from qdrant_edge import FieldCondition, Filter, MatchValue
+
+    must_not: list[Any] | None = (
+        [FieldCondition(key="superseded", match=MatchValue(True))] if live_only else None
+    )
+    return Filter(must=[FieldCondition(key="owner", match=MatchValue(owner))], must_not=must_not)
+
+
+def edge_query(
+    *,
+    owner: str,
+    dense: Sequence[float] | None,
+    sparse: Any,
+    mode: RecallMode,
+    limit: int,
+    ticker: str | None,
+    now: datetime,
+) -> Any:
+    """The Qdrant Edge `QueryRequest` for one recall (see the module docstring)."""
+    from qdrant_edge import Prefetch, Query, QueryRequest
+
+    live = owner_filter(owner)
+    if mode == "bm25":
+        return QueryRequest(
+            limit=limit,
+            query=Query.Nearest(sparse, using="bm25"),
+            filter=live,
+            with_payload=True,
+            with_vector=False,
+        )
+    if mode == "dense":
+        assert dense is not None
+        return QueryRequest(
+            limit=limit,
+            query=Query.Nearest(list(dense), using="dense"),
+            filter=live,
+            with_payload=True,
+            with_vector=False,
+        )
+    assert dense is not None
+    prefetches = [
+        Prefetch(limit=PREFETCH_LIMIT, query=Query.Nearest(list(dense), using="dense"), filter=live),
+        Prefetch(limit=PREFETCH_LIMIT, query=Query.Nearest(sparse, using="bm25"), filter=live),
+    ]
+    if mode == "hybrid":
+        return QueryRequest(
+            limit=limit,
+            prefetches=prefetches,
+            query=_rrf(),
+            with_payload=True,
+            with_vector=False,
+        )
+    fused = Prefetch(limit=FUSED_LIMIT, prefetches=prefetches, query=_rrf())
+    return QueryRequest(
+        limit=limit,
+        prefetches=[fused],
+        query=recency_formula(ticker=ticker, now=now),
+        filter=live,
+        with_payload=True,
+        with_vector=False,
+    )
+
+
+def _rrf() -> Any:
+    # The stubs list `Fusion.Rrf` as a nested class, not a `Fusion`, though the engine takes it.
+    from qdrant_edge import Fusion
+
+    return Fusion.Rrf(k=RRF_K)
+
+
+def recency_formula(*, ticker: str | None, now: datetime) -> Any:
+    """`$score * (1 - w + w * exp_decay(age)) * (1 + boost * [ticker matches])` as an Edge `Formula`."""
+    from qdrant_edge import DecayKind, Expression, FieldCondition, Formula, MatchValue
+
+    decay = Expression.Decay(
+        DecayKind.Exp,
+        Expression.DatetimeKey("created_at"),
+        target=Expression.Datetime(iso_z(now)),
+        midpoint=RECENCY_MIDPOINT,
+        scale=RECENCY_SCALE_DAYS * 86400.0,
+    )
+    recency = Expression.Sum(
+        [
+            Expression.Constant(1.0 - RECENCY_WEIGHT),
+            Expression.Mult([Expression.Constant(RECENCY_WEIGHT), decay]),
+        ]
+    )
+    factors = [Expression.Variable("$score"), recency]
+    if ticker:
+        on_ticker = Expression.Condition(FieldCondition(key="ticker", match=MatchValue(ticker)))
+        factors.append(
+            Expression.Sum(
+                [Expression.Constant(1.0), Expression.Mult([Expression.Constant(TICKER_BOOST), on_ticker])]
+            )
+        )
+    return Formula(Expression.Mult(factors))
+
+
+def within_budget(ranked: Sequence[Memory], *, limit: int, budget_chars: int) -> list[Memory]:
+    """The best `limit` memories, in order, skipping any that would take the texts past
+    `budget_chars` in all."""
+    kept: list[Memory] = []
+    used = 0
+    for memory in ranked:
+        if len(kept) >= limit:
+            break
+        if used + len(memory.text) > budget_chars:
+            continue
+        kept.append(memory)
+        used += len(memory.text)
+    return kept
+
+
+def iso_z(moment: datetime) -> str:
+    """`moment` as the UTC ISO time the payload stores (`2026-01-31T09:30:00.123456Z`)."""
+    from datetime import UTC
+
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
