@@ -68,6 +68,19 @@ def bench_threads(n: int | None) -> bool:
     return True
 
 
+def bench_memory(n: int | None) -> bool:
+    """Recall latency at 1,000 / 10,000 / 100,000 memories on Qdrant Edge (target: p50 under 20 ms
+    at 100,000), write cost, bytes on disk, and a fresh process recalling with and without memories."""
+    import bench_memory
+
+    sizes = [n] if n else [1_000, 10_000, 100_000]
+    print(f"memory: recall over {', '.join(f'{size:,}' for size in sizes)} memories on Qdrant Edge")
+    met = bench_memory.recall(sizes)
+    bench_memory.writes(min(n or 1_000, 1_000))
+    bench_memory.fresh(min(n or 1_000, 1_000))
+    return met
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
     "profile-open": bench_profile_open,
@@ -75,6 +88,7 @@ SECTIONS: dict[str, Section] = {
     "archive": bench_archive,
     "threads": bench_threads,
     "approvals": bench_approvals,
+    "memory": bench_memory,
 }
 
 

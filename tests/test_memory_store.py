@@ -7,12 +7,14 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from market_analyst.errors import UserError
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
+from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
 from market_analyst.state import Memory, memory_id
 from tests.support import REPO
 
@@ -41,8 +43,35 @@ def embedder() -> WordLlamaEmbedder:
 
 
 @pytest.fixture
-def store(tmp_path: Path, embedder: WordLlamaEmbedder) -> EdgeMemoryStore:
+def edge_store(tmp_path: Path, embedder: WordLlamaEmbedder) -> EdgeMemoryStore:
     return EdgeMemoryStore(tmp_path / "memories", embedder=lambda: embedder)
+
+
+def _local_mode_client(path: Path) -> Any:
+    from qdrant_client import QdrantClient
+
+    return QdrantClient(path=str(path))
+
+
+@pytest.fixture(params=["edge", "qdrant-client"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Opens the Edge store, or the server twin's code against `qdrant-client` local mode (the same
+    client calls a server gets; no Qdrant server can run here), in this test's folder."""
+
+    def make(embedder: WordLlamaEmbedder) -> Any:
+        if request.param == "edge":
+            return EdgeMemoryStore(tmp_path / "memories", embedder=lambda: embedder)
+        folder = tmp_path / "qdrant-local"
+        return QdrantMemoryStore(
+            lambda: _local_mode_client(folder), embedder=lambda: embedder, location=str(folder)
+        )
+
+    return make
+
+
+@pytest.fixture
+def store(open_store: Any, embedder: WordLlamaEmbedder) -> Any:
+    return open_store(embedder)
 
 
 ANN = [
@@ -60,7 +89,7 @@ ANN = [
 ]
 
 
-def test_written_memories_are_recalled_for_their_owner_only(store: EdgeMemoryStore) -> None:
+def test_written_memories_are_recalled_for_their_owner_only(store: Any) -> None:
     bob = note("bob", "feedback", "Supplier concentration worries me too", ticker="NVDA")
     store.write([*ANN, bob])
     found = store.recall("ann", "what did I say about suppliers?", ticker="NVDA", now=NOW)
@@ -74,21 +103,21 @@ def test_written_memories_are_recalled_for_their_owner_only(store: EdgeMemorySto
     assert listed[0] == ANN[2]  # every field comes back as written
 
 
-def test_the_same_id_written_twice_is_one_memory(store: EdgeMemoryStore) -> None:
+def test_the_same_id_written_twice_is_one_memory(store: Any) -> None:
     store.write(ANN)
     store.write(ANN)
     assert len(store.list("ann")) == 3
     assert len(store.all_points()) == 3
 
 
-def test_an_owner_without_memories_loads_no_model(tmp_path: Path, store: EdgeMemoryStore) -> None:
-    store.write([note("bob", "remembered", "Prefer dividend payers")])
+def test_an_owner_without_memories_loads_no_model(tmp_path: Path, edge_store: Any) -> None:
+    edge_store.write([note("bob", "remembered", "Prefer dividend payers")])
     script = (
         "import sys\n"
         "from pathlib import Path\n"
         "from market_analyst.persistence.memory.edge import EdgeMemoryStore\n"
         "from market_analyst.persistence.memory.embedder import WordLlamaEmbedder\n"
-        f"s = EdgeMemoryStore(Path({str(store.path)!r}), embedder=WordLlamaEmbedder)\n"
+        f"s = EdgeMemoryStore(Path({str(edge_store.path)!r}), embedder=WordLlamaEmbedder)\n"
         "assert s.recall('ann', 'anything?') == [] and not s.has_memories('ann')\n"
         "assert 'wordllama' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)\n"
         "assert s.recall('bob', 'dividends')\n"
@@ -99,7 +128,134 @@ def test_an_owner_without_memories_loads_no_model(tmp_path: Path, store: EdgeMem
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
 
 
-def test_memory_text_is_checked(store: EdgeMemoryStore) -> None:
+def test_memory_text_is_checked() -> None:
     for bad in ("", "   ", "x" * 1001, "line\nbreak", "bell\x07"):
         with pytest.raises(UserError):
             note("ann", "remembered", bad)
+
+
+def test_replaced_memories_are_kept_but_never_recalled(store: Any) -> None:
+    store.write(ANN)
+    old = ANN[2]
+    new = note(
+        "ann",
+        "remembered",
+        "Watch foundry concentration: one fab makes every chip",
+        ticker="NVDA",
+        days_ago=0,
+    )
+    store.replace("ann", old.id, new)
+    recalled = [
+        m.id for m in store.recall("ann", "supplier concentration TSMC", ticker="NVDA", limit=10, now=NOW)
+    ]
+    assert new.id in recalled and old.id not in recalled
+    assert old.id not in [m.id for m in store.list("ann")]
+    everything = {m.id: m for m in store.list("ann", include_superseded=True)}
+    assert everything[old.id].superseded and everything[new.id].replaces == old.id
+    with pytest.raises(UserError, match="no memory"):
+        store.replace("bob", ANN[0].id, note("bob", "remembered", "not mine to replace"))
+
+
+def test_forget_one_and_prune_by_age(store: Any) -> None:
+    ancient = note("bob", "feedback", "Two years ago: explain the margin squeeze", days_ago=800)
+    store.write([*ANN, ancient])
+    assert store.get("bob", ANN[0].id) is None  # another owner's ID reads as absent
+    assert not store.forget("bob", ANN[0].id)
+    assert store.forget("ann", ANN[0].id) and store.get("ann", ANN[0].id) is None
+    assert not store.forget("ann", ANN[0].id)
+    assert store.count_before(NOW - timedelta(days=365)) == 1
+    assert store.prune(NOW - timedelta(days=365)) == 1
+    assert {p["payload"]["text"] for p in store.all_points()} == {ANN[1].text, ANN[2].text}
+
+
+def _rrf(*orders: list[str], k: int = 60) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for order in orders:
+        for rank, key in enumerate(order):  # Qdrant ranks from 0: the first of a list adds 1/k
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def test_hybrid_is_reciprocal_rank_fusion_of_the_two_retrievers(store: Any) -> None:
+    """Pins what Edge 0.9.0 does with two prefetches and `Fusion.Rrf`: a change of engine version
+    that fused differently (or ignored a prefetch's owner filter) fails here."""
+    from market_analyst.persistence.memory import search
+
+    store.write([*ANN, note("ann", "feedback", "Compare the valuation with AMD and Intel", ticker="NVDA")])
+    store.write([note("bob", "feedback", "Suppliers and foundry concentration, again", ticker="NVDA")])
+    query = "worried about the foundry suppliers"
+    dense = [m.id for m, _ in store.ranked("ann", query, mode="dense", limit=search.PREFETCH_LIMIT)]
+    bm25 = [m.id for m, _ in store.ranked("ann", query, mode="bm25", limit=search.PREFETCH_LIMIT)]
+    assert dense != bm25  # the two retrievers disagree here, so fusion has something to do
+    hybrid = store.ranked("ann", query, mode="hybrid", limit=10)
+    expected = _rrf(dense, bm25, k=search.RRF_K)
+    assert {m.id for m, _ in hybrid} == set(expected)
+    for memory, score in hybrid:
+        assert score == pytest.approx(expected[memory.id], rel=1e-5)
+    assert [s for _, s in hybrid] == sorted((s for _, s in hybrid), reverse=True)
+
+
+def test_recency_and_ticker_rescore_the_fused_list(store: Any) -> None:
+    """`hybrid_recency` is Edge's `Formula` over the fused scores: checked against the same formula
+    computed here, so a formula the engine ignored (or evaluated otherwise) fails."""
+    import math
+
+    from market_analyst.persistence.memory import search
+
+    fresh = note(
+        "ann", "feedback", "Explain the drawdown risk in plain words", ticker="NVDA", days_ago=2, thread="a"
+    )
+    stale = note(
+        "ann", "feedback", "Explain the drawdown risk in plain words", ticker="MSFT", days_ago=400, thread="b"
+    )
+    store.write([fresh, stale])
+    query = "drawdown risk"
+    fused = dict((m.id, s) for m, s in store.ranked("ann", query, mode="hybrid", limit=10))
+    rescored = store.ranked("ann", query, mode="hybrid_recency", ticker="NVDA", limit=10, now=NOW)
+    assert [m.id for m, _ in rescored] == [fresh.id, stale.id]
+    lam = math.log(search.RECENCY_MIDPOINT) / (search.RECENCY_SCALE_DAYS * 86400.0)
+    for memory, score in rescored:
+        age = (NOW - memory.created_at).total_seconds()
+        recency = 1 - search.RECENCY_WEIGHT + search.RECENCY_WEIGHT * math.exp(lam * age)
+        on_ticker = 1 + search.TICKER_BOOST * (memory.ticker == "NVDA")
+        assert score == pytest.approx(fused[memory.id] * recency * on_ticker, rel=1e-4)
+
+
+def test_a_changed_embedder_is_refused_until_reindexed(open_store: Any, store: Any) -> None:
+    store.write(ANN)
+    other = open_store(WordLlamaEmbedder(dimension=64))
+    with pytest.raises(UserError, match="memories reindex"):
+        other.recall("ann", "suppliers", now=NOW)
+    with pytest.raises(UserError, match="memories reindex"):
+        other.write([note("ann", "remembered", "one more")])
+    assert len(other.list("ann")) == 3  # reading what is stored needs no model
+    assert other.reindex() == 3
+    assert other.recall("ann", "supplier concentration", ticker="NVDA", now=NOW)[0].id == ANN[2].id
+    with pytest.raises(UserError, match="memories reindex"):
+        store.recall("ann", "suppliers", now=NOW)  # now the first embedder is the stranger
+
+
+def test_budget_and_limit(store: Any) -> None:
+    long = note("ann", "report", "NVDA report: " + "figures " * 110, ticker="NVDA", days_ago=0)  # ~900 chars
+    store.write([*ANN, long])
+    found = store.recall("ann", "NVDA report figures", ticker="NVDA", limit=5, budget_chars=200, now=NOW)
+    assert found and long.id not in [m.id for m in found] and sum(len(m.text) for m in found) <= 200
+    assert len(store.recall("ann", "NVDA", limit=2, now=NOW)) == 2
+
+
+def test_an_owner_without_memories_opens_no_shard(
+    edge_store: EdgeMemoryStore, embedder: WordLlamaEmbedder
+) -> None:
+    """Answered from the owners' markers: while another process holds the folder, an owner with no
+    memory (never, or no longer) gets [] at once; one with memories waits for the folder."""
+    from market_analyst.persistence.store_access import lock_file
+
+    edge_store.write([note("bob", "remembered", "Prefer dividend payers"), *ANN])
+    assert edge_store.forget_user("ann") == 3
+    impatient = EdgeMemoryStore(edge_store.path, embedder=lambda: embedder, lock_wait_seconds=0.3)
+    with lock_file(edge_store.path.with_name(f".{edge_store.path.name}.session.lock")):
+        assert impatient.recall("ann", "anything?") == [] and not impatient.has_memories("ann")
+        assert impatient.recall("cy", "anything?") == []
+        with pytest.raises(UserError, match="in use by another process"):
+            impatient.recall("bob", "dividends")
+    assert [m.text for m in impatient.recall("bob", "dividends")] == ["Prefer dividend payers"]

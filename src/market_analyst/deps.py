@@ -24,8 +24,9 @@ from market_analyst.persistence.checkpoints.factory import (
     stop_embedded_server,
 )
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
+from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
-from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, MemoryStore
+from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider
 from market_analyst.settings import Settings
 
 __all__ = [
@@ -152,11 +153,20 @@ def open_profiles(settings: Settings) -> ProfileStore:
     return ProfileStore.from_settings(settings)
 
 
-def open_memory(settings: Settings) -> MemoryStore:
-    """The memory store: the Qdrant Edge shard `memories/` in the data directory, embedded with
-    WordLlama's bundled model. Opens nothing and loads no model until it is used."""
+def open_memory(settings: Settings) -> EdgeMemoryStore | QdrantMemoryStore:
+    """The memory store: the `memories` collection of the Qdrant server at `QDRANT_URL` if set, else
+    the Qdrant Edge shard `memories/` in the data directory; embedded with WordLlama's bundled
+    model. Opens nothing and loads no model until it is used."""
     from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
 
+    url = settings.qdrant_url
+    if url:
+        from market_analyst.persistence.profiles.qdrant import open_server_client
+
+        api_key = settings.secret("qdrant_api_key")
+        return QdrantMemoryStore(
+            lambda: open_server_client(url, api_key), embedder=WordLlamaEmbedder, location=url
+        )
     return EdgeMemoryStore(settings.data_dir / "memories", embedder=WordLlamaEmbedder)
 
 

@@ -20,7 +20,7 @@ import typer
 # typer 0.29+ vendors click, and only there are its usage errors reachable.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
-from market_analyst.cli import approvers, audit, db, operate, profile, reports, runs, serve
+from market_analyst.cli import approvers, audit, db, memories, operate, profile, reports, runs, serve
 from market_analyst.cli.output import guard_output
 from market_analyst.errors import USER_ERROR_EXIT, RunStopped, ServiceUnavailable, UserError
 
@@ -39,6 +39,8 @@ operate.register(app)
 app.add_typer(reports.app, name="reports")
 app.add_typer(db.app, name="db")
 app.add_typer(profile.app, name="profile")
+app.command()(memories.remember)
+app.add_typer(memories.app, name="memories")
 app.add_typer(approvers.app, name="approvers")
 app.add_typer(audit.app, name="audit")
 app.command()(serve.serve)

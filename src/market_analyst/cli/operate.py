@@ -113,28 +113,59 @@ def _confirm(yes: bool, dry_run: bool, what: str) -> None:
 
 
 def prune(
-    finished_before: str = typer.Option(..., "--finished-before", help="An age such as 90d, 12h or 30m."),
+    finished_before: str = typer.Option(
+        None, "--finished-before", help="Remove finished threads older than an age such as 90d, 12h or 30m."
+    ),
+    memories_older_than: str = typer.Option(
+        None, "--memories-older-than", help="Erase every user's memories older than an age such as 365d."
+    ),
     dry_run: bool = DRY_RUN_OPTION,
     yes: bool = YES_OPTION,
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Remove published and rejected threads finished at least this long ago (reports stay archived)."""
-    from market_analyst.workflow.retention import prune_threads
+    """Remove published and rejected threads finished at least this long ago (reports stay archived),
+    and memories made at least this long ago."""
+    from market_analyst.workflow.retention import PruneResult, prune_memories, prune_threads
 
+    if finished_before is None and memories_older_than is None:
+        raise UserError("prune needs --finished-before, --memories-older-than, or both")
     settings = load_settings(checkpointer=checkpointer)
-    _confirm(yes, dry_run, f"Remove the threads finished more than {finished_before} ago")
-    result = prune_threads(settings, finished_before=finished_before, dry_run=dry_run)
+    what = [
+        *([f"the threads finished more than {finished_before} ago"] if finished_before is not None else []),
+        *(
+            [f"the memories made more than {memories_older_than} ago"]
+            if memories_older_than is not None
+            else []
+        ),
+    ]
+    _confirm(yes, dry_run, f"Remove {' and '.join(what)}")
+    result = (
+        prune_threads(settings, finished_before=finished_before, dry_run=dry_run)
+        if finished_before is not None
+        else PruneResult([], dry_run=dry_run)
+    )
+    memories = (
+        prune_memories(settings, older_than=memories_older_than, dry_run=dry_run)
+        if memories_older_than is not None
+        else None
+    )
     rows: list[dict[str, Any]] = [
         {"thread_id": r.thread_id, "ticker": r.ticker, "status": r.status} for r in result.threads
     ]
+    verb = "Would remove" if dry_run else "Removed"
     if json_output:
-        emit_json({"dry_run": dry_run, "threads": rows, "busy": result.busy})
+        document: dict[str, Any] = {"dry_run": dry_run, "threads": rows, "busy": result.busy}
+        if memories is not None:
+            document["memories"] = memories
+        emit_json(document)
     else:
-        verb = "Would remove" if dry_run else "Removed"
-        print(f"{verb} {len(rows)} finished thread(s) last updated {finished_before} or more ago.")
-        for r in result.threads:
-            print(f"  {r.thread_id}  {r.ticker:<7} {r.status}")
+        if finished_before is not None:
+            print(f"{verb} {len(rows)} finished thread(s) last updated {finished_before} or more ago.")
+            for r in result.threads:
+                print(f"  {r.thread_id}  {r.ticker:<7} {r.status}")
+        if memories is not None:
+            print(f"{verb} {memories} memories made {memories_older_than} or more ago.")
     if result.busy:
         raise UserError(
             f"{len(result.busy)} thread(s) were busy and kept: {', '.join(result.busy)}; run prune again"
@@ -148,8 +179,8 @@ def forget(
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Erase one user everywhere: their threads, archived reports, profile, lease keys, and their
-    personal content in the audit log (the entries and their chain stay)."""
+    """Erase one user everywhere: their threads, archived reports, profile, memories, lease keys, and
+    their personal content in the audit log (the entries and their chain stay)."""
     from dataclasses import asdict
 
     from market_analyst.workflow.retention import forget_user
@@ -167,6 +198,7 @@ def forget(
         print(f"  profile: {result.profile}")
         print(f"  lease keys: {result.lease_keys}")
         print(f"  audit entries (personal content erased, chain kept): {result.audit_entries}")
+        print(f"  memories: {result.memories}")
     if result.busy:
         raise UserError(
             f"{len(result.busy)} thread(s) were busy and kept: {', '.join(result.busy)}; run forget again"

@@ -6,9 +6,10 @@ both can simply be run again after a kill: every step is idempotent."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
-from market_analyst.deps import open_archive, open_audit, open_profiles
+from market_analyst.deps import open_archive, open_audit, open_memory, open_profiles
 from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
@@ -92,6 +93,23 @@ def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = F
     return result
 
 
+def memory_cutoff(settings: Settings, older_than: str) -> datetime:
+    """The moment before which memories are pruned: `older_than` (an age such as 365d) ago."""
+    age = parse_duration(older_than, "--memories-older-than")
+    try:
+        return settings.now() - age
+    except OverflowError:
+        raise UserError(f"--memories-older-than {older_than} reaches back before the year 1") from None
+
+
+def prune_memories(settings: Settings, *, older_than: str, dry_run: bool = False) -> int:
+    """Erase every user's memories made at least `older_than` ago; returns how many went (or, with
+    `dry_run`, would go)."""
+    cutoff = memory_cutoff(settings, older_than)
+    store = open_memory(settings)
+    return store.count_before(cutoff) if dry_run else store.prune(cutoff)
+
+
 @dataclass
 class ForgetResult:
     """What was erased (or would be, with --dry-run), per store."""
@@ -102,13 +120,15 @@ class ForgetResult:
     profile: int = 0
     lease_keys: int = 0
     audit_entries: int = 0  # audit entries whose personal content was erased (the chain is kept)
+    memories: int = 0  # what later runs would have recalled for the user, superseded ones included
     busy: list[str] = field(default_factory=list)
     dry_run: bool = False
 
 
 def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> ForgetResult:
     """Erase `user` everywhere: the threads they started, their archived reports (documents and index
-    rows), their profile, and the threads' lease keys. Another user's data is not touched."""
+    rows), their profile, their memories, and the threads' lease keys. Another user's data is not
+    touched."""
     result = ForgetResult(validate_user_id(user), dry_run=dry_run)
     with open_run(settings) as run:
         backfill(run, verify=True)  # a thread the index lacks would be missed: refuse
@@ -128,8 +148,10 @@ def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> Forg
     archive = open_archive(settings)
     result.reports = [summary.key for summary in archive.search(user_id=user).reports]
     profiles = open_profiles(settings)
+    memories = open_memory(settings)
     if dry_run:
         result.profile = int(_has_profile(profiles, user))
+        result.memories = len(memories.list(user, include_superseded=True))
         result.audit_entries = sum(
             1 for entry in open_audit(settings).entries() if user in _people(entry) and not entry["erased"]
         )
@@ -137,6 +159,7 @@ def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> Forg
     for key in result.reports:
         archive.remove(key)
     result.profile = int(profiles.delete(user))  # readable or not, it goes
+    result.memories = memories.forget_user(user)
     result.audit_entries = open_audit(settings).erase_user(user, settings.now().isoformat(timespec="seconds"))
     return result
 

@@ -17,10 +17,11 @@ shard or the new one, never half of either.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,8 +31,8 @@ from market_analyst.choices import RecallMode
 from market_analyst.errors import UserError
 from market_analyst.files import fsync_dir, private_dir, private_tree, refuse_under_file
 from market_analyst.persistence.memory.embedder import Embedder
-from market_analyst.persistence.memory.points import META_VERSION, from_payload, to_payload
-from market_analyst.persistence.memory.search import edge_query, iso_z, owner_filter, within_budget
+from market_analyst.persistence.memory.points import META_VERSION, SUPERSEDED, from_payload, iso_z, to_payload
+from market_analyst.persistence.memory.search import edge_query, owner_filter, within_budget
 from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, StoreBusy, lock_file, wait_while_busy
 from market_analyst.state import Memory, check_memory_ref, validate_user_id
 
@@ -159,10 +160,12 @@ class EdgeMemoryStore:
             raise UserError(
                 f"{self.path} holds no memory store; move it away, or point MA_DATA_DIR elsewhere"
             )
-        _install(self._build([]), self.path)
+        embedder = self.embedder
+        _install(self._build([], name=embedder.name, dimension=embedder.dimension), self.path)
 
-    def _build(self, points: Sequence[Any]) -> Path:
-        """A complete shard holding `points` in `<path>.edge-new`, closed, under this embedder."""
+    def _build(self, pages: Iterable[Sequence[Any]], *, name: str, dimension: int) -> Path:
+        """A complete shard in `<path>.edge-new` holding the points of `pages` (one update each),
+        closed, with the embedder `name` and `dimension` recorded."""
         from qdrant_edge import (
             Distance,
             EdgeConfig,
@@ -177,24 +180,74 @@ class EdgeMemoryStore:
         new = _sibling(self.path, ".edge-new")
         shutil.rmtree(new, ignore_errors=True)
         private_dir(new, WHAT)
-        embedder = self.embedder
         config = EdgeConfig(
-            vectors={"dense": EdgeVectorParams(size=embedder.dimension, distance=Distance.Cosine)},
+            vectors={"dense": EdgeVectorParams(size=dimension, distance=Distance.Cosine)},
             sparse_vectors={"bm25": EdgeSparseVectorParams(modifier=Modifier.Idf)},
         )
         shard = EdgeShard.create(str(new), config)  # the write-ahead log stays on: it is the lock
         try:
-            shard.update(UpdateOperation.create_field_index("owner", PayloadSchemaType.Keyword))
-            shard.update(UpdateOperation.create_field_index("ticker", PayloadSchemaType.Keyword))
-            shard.update(UpdateOperation.create_field_index("created_at", PayloadSchemaType.Datetime))
-            for start in range(0, len(points), WRITE_BATCH):
-                shard.update(UpdateOperation.upsert_points(list(points[start : start + WRITE_BATCH])))
+            for field, kind in (
+                ("owner", PayloadSchemaType.Keyword),
+                ("status", PayloadSchemaType.Keyword),
+                ("ticker", PayloadSchemaType.Keyword),
+                ("created_at", PayloadSchemaType.Datetime),
+            ):
+                shard.update(UpdateOperation.create_field_index(field, kind))
+            for page in pages:
+                if page:
+                    shard.update(UpdateOperation.upsert_points(list(page)))
         finally:
             shard.close()
-        meta = {"version": META_VERSION, "embedder": embedder.name, "dimension": embedder.dimension}
+        meta = {"version": META_VERSION, "embedder": name, "dimension": dimension}
         (new / META_FILE).write_text(json.dumps(meta), encoding="utf-8")
         private_tree(new)
         return new
+
+    def _rewrite(
+        self, shard: EdgeShard, *, drop: set[str], owners: set[str], embed: bool = False
+    ) -> Iterator[builtins.list[Any]]:
+        """The points of `shard` a page at a time, without those in `drop`; with `embed`, their
+        vectors made again by this store's embedder. Adds the owners of the points kept to `owners`."""
+        from qdrant_edge import Point, ScrollRequest
+
+        offset = None
+        while True:
+            page, offset = shard.scroll(
+                ScrollRequest(offset=offset, limit=WRITE_BATCH, with_payload=True, with_vector=not embed)
+            )
+            kept = [record for record in page if str(record.id) not in drop]
+            owners.update(str((record.payload or {}).get("owner")) for record in kept)
+            if embed:
+                yield self._points([from_payload(record.id, record.payload or {}) for record in kept])
+            else:
+                yield [Point(record.id, record.vector or {}, record.payload or {}) for record in kept]
+            if offset is None or not page:
+                return
+
+    def _swap(self, shard: EdgeShard, *, drop: set[str], embed: bool = False) -> None:
+        """Replace the open `shard` (closed here) by a new one without the points in `drop`.
+
+        Erasing by rewriting, not by deleting in place: Edge's delete only hides a point, and its
+        text stays in the segment files and the write-ahead log until they are overwritten. The new
+        shard holds the other points' payloads and vectors exactly as they were."""
+        meta = read_meta(self.path)
+        name, dimension = (
+            (self.embedder.name, self.embedder.dimension) if embed else (meta["embedder"], meta["dimension"])
+        )
+        try:
+            owners: set[str] = set()
+            pages = self._rewrite(shard, drop=drop, owners=owners, embed=embed)
+            new = self._build(pages, name=name, dimension=dimension)
+        finally:
+            shard.close()
+        old = _sibling(self.path, ".edge-old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(self.path, old)
+        _install(new, self.path)
+        shutil.rmtree(old, ignore_errors=True)
+        for marker in self._owners_dir().glob("*"):
+            if marker.name not in {_owner_marker(owner) for owner in owners}:
+                marker.unlink(missing_ok=True)
 
     def _check_embedder(self) -> None:
         meta = read_meta(self.path)
@@ -227,6 +280,29 @@ class EdgeMemoryStore:
 
     # -- the port ------------------------------------------------------------------------------
 
+    # -- who has memories: a marker file per owner, so an owner without any costs no open ---------
+
+    def _owners_dir(self) -> Path:
+        return self.path.with_name(f".{self.path.name}.owners")
+
+    def _may_have(self, owner: str) -> bool:
+        """False only if `owner` has no memory: a marker is made before an owner's first memory is
+        written and removed only after their last one went (by a rewrite that saw none left)."""
+        return (self._owners_dir() / _owner_marker(owner)).exists()
+
+    def _mark(self, owners: set[str]) -> None:
+        folder = private_dir(self._owners_dir(), WHAT)
+        made = False
+        for owner in owners:
+            marker = folder / _owner_marker(owner)
+            if not marker.exists():
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600)
+                os.fsync(fd)
+                os.close(fd)
+                made = True
+        if made:
+            fsync_dir(folder)
+
     def write(self, memories: Sequence[Memory]) -> None:
         from qdrant_edge import UpdateOperation
 
@@ -236,6 +312,7 @@ class EdgeMemoryStore:
         with self._session(create=True) as shard:
             assert shard is not None
             self._check_embedder()
+            self._mark({memory.owner for memory in memories})  # before the points: see `_may_have`
             for start in range(0, len(points), WRITE_BATCH):
                 shard.update(UpdateOperation.upsert_points(points[start : start + WRITE_BATCH]))
 
@@ -243,7 +320,7 @@ class EdgeMemoryStore:
         from qdrant_edge import CountRequest
 
         owner = validate_user_id(owner)
-        if self._absent():
+        if self._absent() or not self._may_have(owner):
             return False
         with self._session(create=False) as shard:
             return (
@@ -261,22 +338,34 @@ class EdgeMemoryStore:
         budget_chars: int = 1500,
         mode: RecallMode = "hybrid_recency",
         now: datetime | None = None,
-    ) -> list[Memory]:
-        from qdrant_edge import CountRequest
+    ) -> builtins.list[Memory]:
+        ranked = self.ranked(owner, query, ticker=ticker, limit=limit * 4, mode=mode, now=now)
+        return within_budget([memory for memory, _ in ranked], limit=limit, budget_chars=budget_chars)
+
+    def ranked(
+        self,
+        owner: str,
+        query: str,
+        *,
+        ticker: str | None = None,
+        limit: int = 20,
+        mode: RecallMode = "hybrid_recency",
+        now: datetime | None = None,
+    ) -> builtins.list[tuple[Memory, float]]:
+        """`recall` before the character budget, with the engine's score of each memory (for
+        evaluation and tests of the fusion)."""
 
         owner = validate_user_id(owner)
-        if limit <= 0 or self._absent():
-            return []
-        with self._session(create=False) as shard:
-            if shard is None or shard.count(CountRequest(filter=owner_filter(owner), exact=True)) == 0:
-                return []  # before any model is loaded
+        if limit <= 0 or self._absent() or not self._may_have(owner):
+            return []  # no shard opened, no model loaded
+        # Embedded before the shard is opened, so the folder is held only for the query.
         dense = None if mode == "bm25" else self.embedder.embed([query])[0]
         request = edge_query(
             owner=owner,
             dense=dense,
             sparse=self._sparse().embed_query(query),
             mode=mode,
-            limit=limit * 4,  # room for the character budget to skip long ones
+            limit=limit,
             ticker=ticker,
             now=now or datetime.now(UTC),
         )
@@ -286,10 +375,11 @@ class EdgeMemoryStore:
             if dense is not None:
                 self._check_embedder()
             found = shard.query(request)
-        ranked = [from_payload(point.id, point.payload or {}) for point in found]
+        ranked = [(from_payload(point.id, point.payload or {}), point.score) for point in found]
         # The filter already holds these; checked again so no other owner's memory can ever leave.
-        ranked = [memory for memory in ranked if memory.owner == owner and not memory.superseded]
-        return within_budget(ranked, limit=limit, budget_chars=budget_chars)
+        return [
+            (memory, score) for memory, score in ranked if memory.owner == owner and not memory.superseded
+        ]
 
     def _scroll(self, shard: EdgeShard, flt: Any, *, with_vector: bool = False) -> builtins.list[Any]:
         from qdrant_edge import ScrollRequest
@@ -351,47 +441,26 @@ class EdgeMemoryStore:
                 raise UserError(f"no memory {old_id} for user {owner}")
             # The new one first: a crash between the two leaves both live, and a repeat finishes it.
             shard.update(UpdateOperation.upsert_points(points))
-            shard.update(UpdateOperation.set_payload([old_id], {"superseded": True}))
+            shard.update(UpdateOperation.set_payload([old_id], {"status": SUPERSEDED}))
 
     def forget(self, owner: str, memory_id: str) -> bool:
-        from qdrant_edge import UpdateOperation
-
         owner, memory_id = validate_user_id(owner), check_memory_ref(memory_id)
         if self._absent():
             return False
-        with self._session(create=False) as shard:
-            if shard is None or self._owned(shard, owner, memory_id) is None:
+        with self._locked(create=False) as present:
+            if not present:
                 return False
-            shard.update(UpdateOperation.delete_points([memory_id]))
-            return True
+            shard = _load(self.path)
+            try:
+                if self._owned(shard, owner, memory_id) is None:
+                    return False
+                self._swap(shard, drop={memory_id})
+                return True
+            finally:
+                shard.close()
+                private_tree(self.path)
 
     def _delete_matching(self, flt: Any) -> int:
-        from qdrant_edge import UpdateOperation
-
-        if self._absent():
-            return 0
-        with self._session(create=False) as shard:
-            if shard is None:
-                return 0
-            ids = [record.id for record in self._scroll(shard, flt)]
-            if ids:
-                shard.update(UpdateOperation.delete_points(ids))
-                shard.optimize()  # drop the deleted points' data from the segments, not just hide it
-            return len(ids)
-
-    def forget_user(self, owner: str) -> int:
-        return self._delete_matching(owner_filter(validate_user_id(owner), live_only=False))
-
-    def prune(self, older_than: datetime) -> int:
-        from qdrant_edge import FieldCondition, Filter, RangeDateTime
-
-        return self._delete_matching(
-            Filter(must=[FieldCondition(key="created_at", range=RangeDateTime(lt=iso_z(older_than)))])
-        )
-
-    def reindex(self) -> int:
-        """Embed every memory again with this store's embedder (after a change of model); returns
-        how many. The new shard replaces the old one only once it is complete."""
         if self._absent():
             return 0
         with self._locked(create=False) as present:
@@ -399,20 +468,49 @@ class EdgeMemoryStore:
                 return 0
             shard = _load(self.path)
             try:
-                records = self._scroll(shard, None)
+                ids = {str(record.id) for record in self._scroll(shard, flt)}
+                if ids:
+                    self._swap(shard, drop=ids)
+                return len(ids)
             finally:
                 shard.close()
-            memories = [from_payload(record.id, record.payload or {}) for record in records]
-            points: builtins.list[Any] = []
-            for start in range(0, len(memories), WRITE_BATCH):
-                points.extend(self._points(memories[start : start + WRITE_BATCH]))
-            new = self._build(points)
-            old = _sibling(self.path, ".edge-old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(self.path, old)
-            _install(new, self.path)
-            shutil.rmtree(old, ignore_errors=True)
-        return len(memories)
+                private_tree(self.path)
+
+    def forget_user(self, owner: str) -> int:
+        return self._delete_matching(owner_filter(validate_user_id(owner), live_only=False))
+
+    def prune(self, older_than: datetime) -> int:
+        return self._delete_matching(_made_before(older_than))
+
+    def count_before(self, older_than: datetime) -> int:
+        """How many memories (of every owner) were made before `older_than`: what `prune` would erase."""
+        from qdrant_edge import CountRequest
+
+        if self._absent():
+            return 0
+        with self._session(create=False) as shard:
+            return (
+                0 if shard is None else shard.count(CountRequest(filter=_made_before(older_than), exact=True))
+            )
+
+    def reindex(self) -> int:
+        """Embed every memory again with this store's embedder (after a change of model); returns
+        how many. The new shard replaces the old one only once it is complete."""
+        from qdrant_edge import CountRequest
+
+        if self._absent():
+            return 0
+        with self._locked(create=False) as present:
+            if not present:
+                return 0
+            shard = _load(self.path)
+            try:
+                count = shard.count(CountRequest(exact=True))
+                self._swap(shard, drop=set(), embed=True)
+                return count
+            finally:
+                shard.close()
+                private_tree(self.path)
 
     def all_points(self) -> builtins.list[dict[str, Any]]:
         """Every point of the collection with its payload and vectors, for checks of what is stored."""
@@ -425,6 +523,17 @@ class EdgeMemoryStore:
         return [
             {"id": str(r.id), "payload": dict(r.payload or {}), "vector": _plain(r.vector)} for r in records
         ]
+
+
+def _owner_marker(owner: str) -> str:
+    # A digest, so the folder's listing names nobody.
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]
+
+
+def _made_before(moment: datetime) -> Any:
+    from qdrant_edge import FieldCondition, Filter, RangeDateTime
+
+    return Filter(must=[FieldCondition(key="created_at", range=RangeDateTime(lt=iso_z(moment)))])
 
 
 def _plain(vector: Any) -> Any:

@@ -35,10 +35,13 @@ class WordLlamaEmbedder:
     """WordLlama's bundled model, loaded from the package itself with downloads forbidden (its
     loader otherwise looks for a `tokenizer` folder and fetches one). Loaded on first use."""
 
-    name = f"wordllama/{WORDLLAMA_CONFIG}"
-    dimension = WORDLLAMA_DIMENSION
-
-    def __init__(self) -> None:
+    def __init__(self, dimension: int = WORDLLAMA_DIMENSION) -> None:
+        # A smaller `dimension` keeps the model's first dimensions (it is trained to allow that):
+        # another embedding, recorded under another name.
+        self.dimension = dimension
+        self.name = f"wordllama/{WORDLLAMA_CONFIG}" + (
+            "" if dimension == WORDLLAMA_DIMENSION else f"@{dimension}"
+        )
         self._model: Any = None
 
     def _loaded(self) -> Any:
@@ -50,6 +53,7 @@ class WordLlamaEmbedder:
                 config=WORDLLAMA_CONFIG,
                 cache_dir=Path(wordllama.__file__).parent,
                 dim=WORDLLAMA_DIMENSION,
+                trunc_dim=None if self.dimension == WORDLLAMA_DIMENSION else self.dimension,
                 disable_download=True,
             )
         return self._model

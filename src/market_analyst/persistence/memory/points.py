@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from market_analyst.persistence.memory.search import iso_z
 from market_analyst.state import Memory
 
 # Kept with the collection (see `edge.META_FILE`): which model made the dense vectors.
 META_VERSION = 1
+# Whether a memory is recalled, as a keyword: Edge 0.9.0's Python binding turns `MatchValue(True)`
+# into the integer 1, so a boolean payload field cannot be filtered on (checked: a `True` point
+# matches neither `True` nor `False`).
+LIVE, SUPERSEDED = "live", "superseded"
 
 
 def to_payload(memory: Memory) -> dict[str, Any]:
@@ -26,12 +29,18 @@ def to_payload(memory: Memory) -> dict[str, Any]:
         "said_by": memory.said_by,
         "verified": memory.verified,
         "replaces": memory.replaces,
-        "superseded": memory.superseded,
+        "status": SUPERSEDED if memory.superseded else LIVE,
     }
 
 
 def from_payload(point_id: Any, payload: dict[str, Any]) -> Memory:
     """The memory a stored point holds."""
     fields = dict(payload)
+    fields["superseded"] = fields.pop("status", LIVE) == SUPERSEDED
     fields["created_at"] = datetime.fromisoformat(str(fields["created_at"]).replace("Z", "+00:00"))
     return Memory(id=str(point_id), **fields)
+
+
+def iso_z(moment: datetime) -> str:
+    """`moment` as the UTC ISO time the payload stores (`2026-01-31T09:30:00.123456Z`)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from market_analyst.choices import RecallMode
+from market_analyst.persistence.memory.points import LIVE, iso_z
 from market_analyst.state import Memory
 
 PREFETCH_LIMIT = 40  # candidates each retriever contributes before fusion
@@ -44,16 +45,13 @@ TICKER_BOOST = 0.5  # a memory about the analysed ticker counts this much more
 
 
 def owner_filter(owner: str, *, live_only: bool = True) -> Any:
-    """The filter every read carries: exactly this owner (and, for recall, not superseded).
-
-    `superseded` is matched with `must_not ... True`: Edge 0.9.0 matches no point with a `False`
-    boolean condition (checked: the count is 0), while `True` matches."""
+    """The filter every read carries: exactly this owner (and, for recall, not superseded)."""
     from qdrant_edge import FieldCondition, Filter, MatchValue
 
-    must_not: list[Any] | None = (
-        [FieldCondition(key="superseded", match=MatchValue(True))] if live_only else None
-    )
-    return Filter(must=[FieldCondition(key="owner", match=MatchValue(owner))], must_not=must_not)
+    must = [FieldCondition(key="owner", match=MatchValue(owner))]
+    if live_only:
+        must.append(FieldCondition(key="status", match=MatchValue(LIVE)))
+    return Filter(must=list(must))
 
 
 def edge_query(
@@ -161,8 +159,55 @@ def within_budget(ranked: Sequence[Memory], *, limit: int, budget_chars: int) ->
     return kept
 
 
-def iso_z(moment: datetime) -> str:
-    """`moment` as the UTC ISO time the payload stores (`2026-01-31T09:30:00.123456Z`)."""
-    from datetime import UTC
+def client_query(
+    *,
+    owner: str,
+    dense: Sequence[float] | None,
+    sparse: Any,
+    mode: RecallMode,
+    ticker: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The same recall as `edge_query`, as `qdrant_client.query_points` keyword arguments (a Qdrant
+    server, where the engine also turns BM25 term frequencies into IDF-weighted scores)."""
+    from qdrant_client import models
 
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    live = models.Filter(
+        must=[
+            models.FieldCondition(key="owner", match=models.MatchValue(value=owner)),
+            models.FieldCondition(key="status", match=models.MatchValue(value=LIVE)),
+        ]
+    )
+    words = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+    if mode == "bm25":
+        return {"query": words, "using": "bm25", "query_filter": live}
+    assert dense is not None
+    if mode == "dense":
+        return {"query": list(dense), "using": "dense", "query_filter": live}
+    prefetch = [
+        models.Prefetch(query=list(dense), using="dense", filter=live, limit=PREFETCH_LIMIT),
+        models.Prefetch(query=words, using="bm25", filter=live, limit=PREFETCH_LIMIT),
+    ]
+    rrf = models.RrfQuery(rrf=models.Rrf(k=RRF_K))
+    if mode == "hybrid":
+        return {"prefetch": prefetch, "query": rrf}
+    decay = models.ExpDecayExpression(
+        exp_decay=models.DecayParamsExpression(
+            x=models.DatetimeKeyExpression(datetime_key="created_at"),
+            target=models.DatetimeExpression(datetime=iso_z(now)),
+            scale=RECENCY_SCALE_DAYS * 86400.0,
+            midpoint=RECENCY_MIDPOINT,
+        )
+    )
+    factors: list[Any] = [
+        "$score",
+        models.SumExpression(sum=[1.0 - RECENCY_WEIGHT, models.MultExpression(mult=[RECENCY_WEIGHT, decay])]),
+    ]
+    if ticker:
+        on_ticker = models.FieldCondition(key="ticker", match=models.MatchValue(value=ticker))
+        factors.append(models.SumExpression(sum=[1.0, models.MultExpression(mult=[TICKER_BOOST, on_ticker])]))
+    return {
+        "prefetch": [models.Prefetch(prefetch=prefetch, query=rrf, limit=FUSED_LIMIT)],
+        "query": models.FormulaQuery(formula=models.MultExpression(mult=factors)),
+        "query_filter": live,
+    }

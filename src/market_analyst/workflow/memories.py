@@ -1,0 +1,76 @@
+"""What the memory commands do: keep what a user asks to keep, list, show, replace and forget it,
+and re-embed every memory after a change of model. The CLI renders what these return."""
+
+from __future__ import annotations
+
+from market_analyst.deps import open_memory
+from market_analyst.errors import UserError
+from market_analyst.market_data import normalize_ticker
+from market_analyst.settings import Settings
+from market_analyst.state import Memory, check_memory_ref, check_memory_text, memory_id
+from market_analyst.workflow.stores import chosen_user
+
+
+def _missing(memory_ref: str, user: str) -> UserError:
+    return UserError(f"no memory {memory_ref} for user {user}")
+
+
+def remember(
+    settings: Settings,
+    user: str | None,
+    text: str,
+    *,
+    ticker: str | None = None,
+    replaces: str | None = None,
+) -> Memory:
+    """Keep `text` as one of the user's memories (about `ticker`, if given). With `replaces`, the
+    user's memory of that ID is kept but superseded: never recalled again, shown with `--all`.
+    The same text on the same ticker kept twice is one memory."""
+    owner = chosen_user(settings, user)
+    text = check_memory_text(text)
+    symbol = normalize_ticker(ticker) if ticker is not None else None
+    old = check_memory_ref(replaces) if replaces is not None else None
+    memory = Memory(
+        id=memory_id("remembered", owner, symbol or "", text),
+        owner=owner,
+        kind="remembered",
+        text=text,
+        ticker=symbol,
+        created_at=settings.now(),
+        said_by=owner,
+        verified=False,  # a name given on the command line, not a signed-in identity
+        replaces=old,
+    )
+    store = open_memory(settings)
+    if old is None:
+        store.write([memory])
+    else:
+        store.replace(owner, old, memory)
+    return memory
+
+
+def list_memories(settings: Settings, user: str | None, *, include_superseded: bool = False) -> list[Memory]:
+    """The user's memories, newest first (superseded ones too with `include_superseded`)."""
+    return open_memory(settings).list(chosen_user(settings, user), include_superseded=include_superseded)
+
+
+def show_memory(settings: Settings, user: str | None, memory_ref: str) -> Memory:
+    """The user's memory `memory_ref`; `UserError` when the user has none of that ID."""
+    owner, memory_ref = chosen_user(settings, user), check_memory_ref(memory_ref)
+    memory = open_memory(settings).get(owner, memory_ref)
+    if memory is None:
+        raise _missing(memory_ref, owner)
+    return memory
+
+
+def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> str:
+    """Erase the user's memory `memory_ref`; `UserError` when the user has none of that ID."""
+    owner, memory_ref = chosen_user(settings, user), check_memory_ref(memory_ref)
+    if not open_memory(settings).forget(owner, memory_ref):
+        raise _missing(memory_ref, owner)
+    return memory_ref
+
+
+def reindex_memories(settings: Settings) -> int:
+    """Embed every memory again with the configured embedder; returns how many."""
+    return open_memory(settings).reindex()

@@ -1,0 +1,224 @@
+"""The memory commands as a user runs them, each step its own process: `remember`, `memories
+list|show|forget`, `remember --replaces`, `forget --user` and `prune --memories-older-than`; several
+processes remembering at once; and every mistake a user can make answered with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from market_analyst.persistence.memory.edge import EdgeMemoryStore
+from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
+from market_analyst.state import Memory, memory_id
+from tests.support.cli import Cli, clean_environ
+from tests.support.crashkit import Harness
+
+
+@pytest.fixture(scope="module")
+def embedder() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+@pytest.fixture
+def mem_cli(tmp_path: Path, harness: Harness) -> Cli:
+    """The CLI on a data directory of its own; memory commands need no checkpointer."""
+    return Cli(env=clean_environ() | {"MA_DATA_DIR": str(tmp_path / "data")}, cwd=tmp_path, harness=harness)
+
+
+def _store(cli: Cli, embedder: WordLlamaEmbedder) -> EdgeMemoryStore:
+    """This test process's own view of the CLI's store (a separate process from every command)."""
+    return EdgeMemoryStore(cli.data_dir / "memories", embedder=lambda: embedder)
+
+
+def _ids(cli: Cli, *args: str) -> list[str]:
+    return [m["id"] for m in cli.ok("memories", "list", "--json", *args).json()]
+
+
+def test_remember_recall_replace_forget_each_in_its_own_process(
+    mem_cli: Cli, embedder: WordLlamaEmbedder
+) -> None:
+    cli, store = mem_cli, _store(mem_cli, embedder)
+    kept = cli.ok(
+        "remember", "--user", "ann", "Watch supplier concentration at TSMC", "--ticker", "nvda", "--json"
+    )
+    first = kept.json()
+    assert first["ticker"] == "NVDA" and first["kind"] == "remembered" and first["owner"] == "ann"
+    assert _ids(cli, "--user", "ann") == [first["id"]] and _ids(cli, "--user", "bob") == []
+    assert [m.id for m in store.recall("ann", "what did I say about suppliers?", ticker="NVDA")] == [
+        first["id"]
+    ]
+    assert store.recall("bob", "what did I say about suppliers?") == []
+    again = cli.ok("remember", "--user", "ann", "Watch supplier concentration at TSMC", "--ticker", "NVDA")
+    assert first["id"] in again.stdout and len(_ids(cli, "--user", "ann")) == 1  # the same note is one memory
+
+    second = cli.ok(
+        "remember",
+        "--user",
+        "ann",
+        "Watch foundry dependence: one fab",
+        "--ticker",
+        "NVDA",
+        "--replaces",
+        first["id"],
+        "--json",
+    ).json()
+    assert second["replaces"] == first["id"]
+    assert _ids(cli, "--user", "ann") == [second["id"]]
+    assert set(_ids(cli, "--user", "ann", "--all")) == {first["id"], second["id"]}
+    assert "(superseded)" in cli.ok("memories", "list", "--user", "ann", "--all").stdout
+    recalled = [
+        m.id for m in store.recall("ann", "supplier concentration foundry TSMC", ticker="NVDA", limit=10)
+    ]
+    assert recalled == [second["id"]]
+    shown = cli.ok("memories", "show", second["id"], "--user", "ann").stdout
+    assert "foundry dependence" in shown and f"replaces:    {first['id']}" in shown
+
+    cli.ok("memories", "forget", second["id"], "--user", "ann")
+    assert _ids(cli, "--user", "ann") == []
+    assert store.recall("ann", "supplier concentration foundry TSMC", ticker="NVDA", limit=10) == []
+    cli.ok("memories", "forget", first["id"], "--user", "ann")
+    assert _ids(cli, "--user", "ann", "--all") == []
+    assert cli.ok("memories", "list", "--user", "ann").stderr.strip() == "No memories."
+
+
+def test_every_mistake_is_one_line_and_exit_2(mem_cli: Cli) -> None:
+    cli = mem_cli
+    mine = cli.ok("remember", "--user", "ann", "A note of ann's", "--json").json()["id"]
+    unknown = "00000000-0000-4000-8000-000000000000"
+    cases = [
+        (("memories", "show", unknown, "--user", "ann"), f"no memory {unknown} for user ann"),
+        (("memories", "show", mine, "--user", "bob"), f"no memory {mine} for user bob"),
+        (("memories", "forget", mine, "--user", "bob"), f"no memory {mine} for user bob"),
+        (("memories", "forget", "not-an-id", "--user", "ann"), "invalid memory ID"),
+        (("remember", "--user", "bob", "mine now", "--replaces", mine), f"no memory {mine} for user bob"),
+        (("remember", "--user", "ann", "x" * 1001), "at most 1000 characters"),
+        (("remember", "--user", "ann", "two\nlines"), "control characters"),
+        (("remember", "--user", "ann", "  "), "empty"),
+        (("remember", "--user", "ann", "fine", "--ticker", "NV DA!"), "malformed ticker"),
+        (("remember", "--user", "bad user", "fine"), "invalid user ID"),
+        (("prune", "--memories-older-than", "a year", "--yes"), "not an age"),
+        (("prune", "--yes"), "--memories-older-than"),
+    ]
+    for args, expected in cases:
+        failed = cli.fails(*args)
+        assert failed.returncode == 2 and expected in failed.stderr, (args, failed.stderr)
+    assert _ids(cli, "--user", "ann") == [mine] and _ids(cli, "--user", "bob") == []  # nothing changed
+
+
+def test_eight_processes_remembering_for_one_user_at_once_lose_none(mem_cli: Cli) -> None:
+    cli = mem_cli
+    assert cli.harness is not None
+    jobs = [
+        (["remember", "--user", "ann", f"Note {i}: watch the drawdown in week {i}"], cli.env)
+        for i in range(8)
+    ]
+    for outcome in cli.harness.run_together(jobs, cwd=cli.cwd):
+        outcome.check()
+    listed = cli.ok("memories", "list", "--user", "ann", "--json").json()
+    assert sorted(m["text"] for m in listed) == sorted(
+        f"Note {i}: watch the drawdown in week {i}" for i in range(8)
+    )
+    # The same note from four processes at once is one memory.
+    same = [(["remember", "--user", "ann", "Said four times at once", "--ticker", "NVDA"], cli.env)] * 4
+    for outcome in cli.harness.run_together(same, cwd=cli.cwd):
+        outcome.check()
+    assert len(_ids(cli, "--user", "ann")) == 9
+
+
+def _note(owner: str, text: str, *, days_ago: float, now: datetime) -> Memory:
+    return Memory(
+        id=memory_id("feedback", owner, "t-" + owner, text),
+        owner=owner,
+        kind="feedback",
+        text=text,
+        ticker="NVDA",
+        created_at=now - timedelta(days=days_ago),
+        thread_id="t-" + owner,
+        said_by="rita",
+        verified=True,
+    )
+
+
+def _points(store: EdgeMemoryStore) -> dict[str, str]:
+    """Every point of the collection, payload and vectors, as canonical JSON by ID."""
+    return {p["id"]: json.dumps(p, sort_keys=True) for p in store.all_points()}
+
+
+def test_forget_user_leaves_no_point_of_theirs_and_others_untouched(
+    cli: Cli, embedder: WordLlamaEmbedder
+) -> None:
+    store, now = _store(cli, embedder), datetime.now(UTC)
+    secret = "Ann's private worry: the Taiwan fab dependence"
+    store.write(
+        [_note("ann", secret, days_ago=1, now=now), _note("ann", "Ann again: margins", days_ago=3, now=now)]
+    )
+    store.write([_note("bob", "Bob's view: margins hold up", days_ago=2, now=now)])
+    store.write([_note("cy", "Cy asks for a peer comparison", days_ago=2, now=now)])
+    cli.ok("remember", "--user", "ann", "Ann kept this one herself")
+    others = {k: v for k, v in _points(store).items() if json.loads(v)["payload"]["owner"] != "ann"}
+    assert len(others) == 2
+
+    assert cli.ok("forget", "--user", "ann", "--dry-run", "--json").json()["memories"] == 3
+    report = cli.ok("forget", "--user", "ann", "--yes")
+    assert "memories: 3" in report.stdout
+
+    after = _points(store)
+    assert after == others  # byte for byte, payload and vectors
+    assert not any("Ann" in v for v in after.values())
+    assert not store.has_memories("ann")
+    # Her text is gone from the files too, not just hidden from queries.
+    files = b"".join(p.read_bytes() for p in (cli.data_dir / "memories").rglob("*") if p.is_file())
+    assert secret.encode() not in files and b"Bob's view" in files
+    assert "memories: 0" in cli.ok("forget", "--user", "ann", "--yes").stdout  # idempotent
+
+
+def test_prune_memories_older_than(mem_cli: Cli, embedder: WordLlamaEmbedder) -> None:
+    cli, store, now = mem_cli, _store(mem_cli, embedder), datetime.now(UTC)
+    store.write(
+        [
+            _note("ann", "From two years ago", days_ago=730, now=now),
+            _note("ann", "Recent", days_ago=3, now=now),
+        ]
+    )
+    store.write([_note("bob", "Bob, last year and a bit", days_ago=400, now=now)])
+    assert "Would remove 2 memories" in cli.ok("prune", "--memories-older-than", "365d", "--dry-run").stdout
+    assert "--yes" in cli.fails("prune", "--memories-older-than", "365d").stderr  # no terminal to ask on
+    done = cli.ok("prune", "--memories-older-than", "365d", "--yes", "--json").json()
+    assert done["memories"] == 2 and done["threads"] == []
+    assert [m["text"] for m in cli.ok("memories", "list", "--user", "ann", "--json").json()] == ["Recent"]
+    assert _ids(cli, "--user", "bob") == []
+
+
+def _qdrant_url() -> str | None:
+    return os.environ.get("MA_TEST_QDRANT_URL")
+
+
+@pytest.fixture
+def server_cli(tmp_path: Path, harness: Harness) -> Iterator[Cli]:
+    url = _qdrant_url()
+    if url is None:
+        pytest.skip("no Qdrant server can run on this machine; set MA_TEST_QDRANT_URL to one to run this")
+    yield Cli(
+        env=clean_environ() | {"MA_DATA_DIR": str(tmp_path / "data"), "QDRANT_URL": url},
+        cwd=tmp_path,
+        harness=harness,
+    )
+
+
+def test_remember_replace_forget_on_a_qdrant_server(server_cli: Cli) -> None:
+    cli = server_cli
+    user = f"ann-{os.getpid()}"
+    first = cli.ok("remember", "--user", user, "Watch supplier concentration", "--json").json()["id"]
+    second = cli.ok(
+        "remember", "--user", user, "Watch foundry dependence", "--replaces", first, "--json"
+    ).json()["id"]
+    assert _ids(cli, "--user", user) == [second]
+    assert set(_ids(cli, "--user", user, "--all")) == {first, second}
+    cli.ok("memories", "forget", second, "--user", user)
+    assert "memories: 1" in cli.ok("forget", "--user", user, "--yes").stdout
+    assert _ids(cli, "--user", user, "--all") == []
