@@ -199,7 +199,7 @@ def table(figures: dict[str, Any]) -> str:
     names = {
         "bm25": "BM25 only",
         "dense": "dense only",
-        "hybrid": "hybrid (RRF)",
+        "hybrid": "hybrid (DBSF)",
         "hybrid_recency": "hybrid with recency",
     }
     lines = [

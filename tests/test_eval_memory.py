@@ -85,7 +85,7 @@ def test_the_readme_quotes_the_evaluation_and_its_command():
     readme = (REPO / "README.md").read_text()
     between = readme.split("<!-- eval-memory-table -->\n", 1)[1].split("\n<!-- /eval-memory-table -->", 1)[0]
     names = [line.split("|")[1].strip() for line in between.splitlines()[2:]]
-    assert names[:4] == ["BM25 only", "dense only", "hybrid (RRF)", "hybrid with recency"]
+    assert names[:4] == ["BM25 only", "dense only", "hybrid (DBSF)", "hybrid with recency"]
     assert names[4].startswith("everything in context")
     assert "make eval-memory" in readme
 
