@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 MA := $(BIN)/market-analyst
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test lint bench fuzz graph crash-soak up down clean
+.PHONY: install demo test lint bench eval-memory fuzz graph crash-soak up down clean
 
 # The Redis Stack server the tests start needs Debian 11's libssl1.1 (see scripts/fetch-libssl.sh);
 # without it the Redis tests need REDIS_URL, so a machine that cannot fetch it still installs.
@@ -35,6 +35,11 @@ lint:
 
 bench:
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+# Recall on the labelled set in eval/memory/ through the real memory store, per mode; fails when the
+# figures miss their targets (see the README's "Memory recall, measured"). EVAL_ARGS=--json for JSON.
+eval-memory:
+	$(BIN)/python scripts/eval_memory.py $(EVAL_ARGS)
 
 FUZZ_EXAMPLES ?= 400
 

@@ -168,27 +168,35 @@ def test_forget_one_and_prune_by_age(store: Any) -> None:
     assert {p["payload"]["text"] for p in store.all_points()} == {ANN[1].text, ANN[2].text}
 
 
-def _rrf(*orders: list[str], k: int = 60) -> dict[str, float]:
+def _dbsf(*lists: list[tuple[str, float]]) -> dict[str, float]:
+    """Distribution-based score fusion as Qdrant defines it: each list's scores mapped linearly so that
+    its mean - 3 sd and mean + 3 sd become 0 and 1, summed over the lists a point is in."""
+    import statistics
+
     scores: dict[str, float] = {}
-    for order in orders:
-        for rank, key in enumerate(order):  # Qdrant ranks from 0: the first of a list adds 1/k
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    for ranked in lists:
+        values = [score for _, score in ranked]
+        mean, sd = statistics.fmean(values), statistics.stdev(values)  # the sample deviation (n - 1)
+        low, high = mean - 3 * sd, mean + 3 * sd
+        for key, score in ranked:
+            scores[key] = scores.get(key, 0.0) + (score - low) / (high - low)
     return scores
 
 
-def test_hybrid_is_reciprocal_rank_fusion_of_the_two_retrievers(store: Any) -> None:
-    """Pins what Edge 0.9.0 does with two prefetches and `Fusion.Rrf`: a change of engine version
+def test_hybrid_is_distribution_based_score_fusion_of_the_two_retrievers(store: Any) -> None:
+    """Pins what Edge 0.9.0 does with two prefetches and `Fusion.Dbsf`: a change of engine version
     that fused differently (or ignored a prefetch's owner filter) fails here."""
     from market_analyst.persistence.memory import search
 
     store.write([*ANN, note("ann", "feedback", "Compare the valuation with AMD and Intel", ticker="NVDA")])
     store.write([note("bob", "feedback", "Suppliers and foundry concentration, again", ticker="NVDA")])
-    query = "worried about the foundry suppliers"
-    dense = [m.id for m, _ in store.ranked("ann", query, mode="dense", limit=search.PREFETCH_LIMIT)]
-    bm25 = [m.id for m, _ in store.ranked("ann", query, mode="bm25", limit=search.PREFETCH_LIMIT)]
-    assert dense != bm25  # the two retrievers disagree here, so fusion has something to do
+    query = "worried about the foundry suppliers and the valuation"
+    dense = [(m.id, s) for m, s in store.ranked("ann", query, mode="dense", limit=search.PREFETCH_LIMIT)]
+    bm25 = [(m.id, s) for m, s in store.ranked("ann", query, mode="bm25", limit=search.PREFETCH_LIMIT)]
+    assert [k for k, _ in dense] != [k for k, _ in bm25]  # the retrievers disagree: fusion has work
+    assert len(dense) > 1 and len(bm25) > 1  # so both lists have a spread to normalise by
     hybrid = store.ranked("ann", query, mode="hybrid", limit=10)
-    expected = _rrf(dense, bm25, k=search.RRF_K)
+    expected = _dbsf(dense, bm25)
     assert {m.id for m, _ in hybrid} == set(expected)
     for memory, score in hybrid:
         assert score == pytest.approx(expected[memory.id], rel=1e-5)
