@@ -17,6 +17,7 @@ from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
 from market_analyst.state import Memory, memory_id
 from tests.support.cli import Cli, clean_environ
 from tests.support.crashkit import Harness
+from tests.support.embeddings_server import EmbeddingsServer
 
 
 @pytest.fixture(scope="module")
@@ -273,3 +274,35 @@ def test_a_kill_during_a_rewrite_leaves_the_old_shard_or_the_new(
     assert _points(store) == (before if command == "reindex" else expected)
     leftovers = [p.name for p in cli.data_dir.iterdir() if p.name.startswith("memories.")]
     assert leftovers == []
+
+
+def test_the_embedder_is_chosen_by_setting_and_a_change_asks_for_reindex(mem_cli: Cli):
+    """`MA_EMBEDDER=openai` embeds through an OpenAI-compatible endpoint (the test's stand-in speaks
+    its protocol) at the store's 256 dimensions; the bundled model then refuses the store until
+    `memories reindex`, which embeds every memory again with it."""
+    server = EmbeddingsServer()
+    try:
+        remote = {"MA_EMBEDDER": "openai", "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": server.url}
+        mem_cli.ok(
+            "remember", "--user", "ann", "watch supplier concentration", "--ticker", "NVDA", extra_env=remote
+        )
+        assert server.requests, "MA_EMBEDDER=openai embedded nothing through the endpoint"
+        assert {(r["path"], r["model"], r["dimensions"]) for r in server.requests} == {
+            ("/v1/embeddings", "text-embedding-3-small", 256)
+        }
+
+        refused = mem_cli.fails("remember", "--user", "ann", "figures are stale")
+        assert refused.returncode == 2
+        assert "openai/text-embedding-3-small" in refused.stderr and "memories reindex" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+
+        mem_cli.ok("memories", "reindex")
+        mem_cli.ok("remember", "--user", "ann", "figures are stale")
+        texts = {m["text"] for m in mem_cli.ok("memories", "list", "--user", "ann", "--json").json()}
+        assert texts == {"watch supplier concentration", "figures are stale"}
+
+        no_key = mem_cli.fails("remember", "--user", "ann", "x", extra_env={"MA_EMBEDDER": "openai"})
+        assert no_key.returncode == 2 and "needs OPENAI_API_KEY" in no_key.stderr
+        assert len(no_key.stderr.strip().splitlines()) == 1
+    finally:
+        server.close()

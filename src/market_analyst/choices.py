@@ -10,6 +10,8 @@ AnalystKind = Literal["auto", "rules", "llm"]
 ProfileStoreKind = Literal["edge", "local"]
 # Where approvers, sessions, the session secret, the audit log and the archive live.
 RecordsKind = Literal["files", "postgres"]
+# What turns a memory into a dense vector: the bundled WordLlama model, or an OpenAI-compatible endpoint.
+EmbedderKind = Literal["wordllama", "openai"]
 MemoryKind = Literal["feedback", "rejection", "approval_note", "report", "remembered"]
 RecallMode = Literal["bm25", "dense", "hybrid", "hybrid_recency"]
 RiskTolerance = Literal["conservative", "moderate", "aggressive"]

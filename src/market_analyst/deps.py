@@ -25,6 +25,7 @@ from market_analyst.persistence.checkpoints.factory import (
     stop_embedded_server,
 )
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
+from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
 from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, ReportStore, ReportSummary
@@ -218,21 +219,38 @@ def open_profiles(settings: Settings) -> ProfileStore:
     return ProfileStore.from_settings(settings)
 
 
+def open_embedder(settings: Settings) -> Callable[[], Embedder]:
+    """What embeds memories (`MA_EMBEDDER`), built on first use: WordLlama's bundled model, or an
+    OpenAI-compatible endpoint at the store's 256 dimensions."""
+    from market_analyst.persistence.memory.embedder import (
+        WORDLLAMA_DIMENSION,
+        OpenAIEmbedder,
+        WordLlamaEmbedder,
+    )
+
+    if settings.embedder == "wordllama":
+        return WordLlamaEmbedder
+    api_key = settings.secret("openai_api_key")
+    if not api_key:
+        raise UserError("MA_EMBEDDER=openai needs OPENAI_API_KEY (and OPENAI_BASE_URL for another server)")
+    model, base_url, timeout = settings.openai_embedding_model, settings.openai_base_url, settings.llm_timeout
+    return lambda: OpenAIEmbedder(
+        model=model, dimension=WORDLLAMA_DIMENSION, api_key=api_key, base_url=base_url, timeout=timeout
+    )
+
+
 def open_memory(settings: Settings) -> EdgeMemoryStore | QdrantMemoryStore:
     """The memory store: the `memories` collection of the Qdrant server at `QDRANT_URL` if set, else
-    the Qdrant Edge shard `memories/` in the data directory; embedded with WordLlama's bundled
-    model. Opens nothing and loads no model until it is used."""
-    from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
-
+    the Qdrant Edge shard `memories/` in the data directory; embedded by `MA_EMBEDDER`. Opens nothing
+    and loads no model until it is used."""
+    embedder = open_embedder(settings)
     url = settings.qdrant_url
     if url:
         from market_analyst.persistence.profiles.qdrant import open_server_client
 
         api_key = settings.secret("qdrant_api_key")
-        return QdrantMemoryStore(
-            lambda: open_server_client(url, api_key), embedder=WordLlamaEmbedder, location=url
-        )
-    return EdgeMemoryStore(settings.data_dir / "memories", embedder=WordLlamaEmbedder)
+        return QdrantMemoryStore(lambda: open_server_client(url, api_key), embedder=embedder, location=url)
+    return EdgeMemoryStore(settings.data_dir / "memories", embedder=embedder)
 
 
 def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) -> Deps:

@@ -29,6 +29,7 @@ from market_analyst.choices import (
     AnalystKind,
     CheckpointerKind,
     Durability,
+    EmbedderKind,
     MarketDataKind,
     ProfileStoreKind,
     RecordsKind,
@@ -62,6 +63,8 @@ VARIABLES: dict[str, str] = {
     "OPENAI_API_KEY": "",
     "OPENAI_BASE_URL": "",
     "MA_OPENAI_MODEL": "gpt-4o-mini",
+    "MA_EMBEDDER": "wordllama",
+    "MA_OPENAI_EMBEDDING_MODEL": "text-embedding-3-small",
     "MA_LLM_TIMEOUT": "60",
     "MA_LLM_ATTEMPTS": "3",
     "MA_LLM_MAX_STEPS": "6",
@@ -159,6 +162,8 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = _var("OPENAI_API_KEY")
     openai_base_url: str | None = _var("OPENAI_BASE_URL")
     openai_model: str = _var("MA_OPENAI_MODEL")
+    embedder: EmbedderKind = _var("MA_EMBEDDER")
+    openai_embedding_model: str = _var("MA_OPENAI_EMBEDDING_MODEL")
     llm_timeout: float = Field(
         default=60.0, gt=0, le=3600, allow_inf_nan=False, validation_alias="MA_LLM_TIMEOUT"
     )
@@ -179,7 +184,8 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "checkpointer", "durability", "market_data", "analyst", "profile_store", "records", mode="before"
+        "checkpointer", "durability", "market_data", "analyst", "profile_store", "records", "embedder",
+        mode="before",
     )
     @classmethod
     def _lower(cls, value: Any) -> Any:
