@@ -96,6 +96,9 @@ def test_answers_not_saved_are_used_for_this_run_only(cli: Cli):
     assert (
         "Chosen for this thread, not the stored profile: horizon short, risk tolerance aggressive" in markdown
     )
+    # The profile line says what the thread used, not that it used the defaults it did not use.
+    assert "used aggressive risk tolerance (chosen for this thread) and short horizon" in markdown
+    assert "used the defaults" not in markdown
 
 
 def test_no_input_and_a_pipe_keep_the_stated_defaults(cli: Cli):

@@ -9,6 +9,7 @@ report, in any Markdown renderer, and what cannot be seen is shown as an escape.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from market_analyst.formatting import one_decimal, pct, price, printable, signed_pct, two_decimals
@@ -48,8 +49,13 @@ SET_PROFILE_HINT = (
 )
 
 
-def profile_statement(used: ProfileUsed, *, tense: str = "past") -> str:
-    """The sentence that says which profile an analysis used (`tense="present"`: would use)."""
+def profile_statement(
+    used: ProfileUsed, *, tense: str = "past", chosen: Mapping[str, Any] | None = None
+) -> str:
+    """The sentence that says which profile an analysis used (`tense="present"`: would use).
+
+    `chosen` are the values picked for this thread (options, or first-run answers not saved): where
+    there is no stored profile they replace the defaults, and the sentence says which is which."""
     p = used.profile
     if used.source == "stored":
         sectors = ", ".join(p.preferred_sectors) or "none"
@@ -58,6 +64,19 @@ def profile_statement(used: ProfileUsed, *, tense: str = "past") -> str:
             f"{p.horizon} horizon, preferred sectors: {sectors}."
         )
     verb = "used" if tense == "past" else "runs use"
+    picked = {k: v for k, v in (chosen or {}).items() if k in ("risk_tolerance", "horizon")}
+    if picked:
+        risk = picked.get("risk_tolerance", p.risk_tolerance)
+        horizon = picked.get("horizon", p.horizon)
+
+        def source(key: str) -> str:
+            return "chosen for this thread" if key in picked else "the default"
+
+        hint = SET_PROFILE_HINT.format(user=p.user_id)
+        return (
+            f"No stored profile for user {p.user_id!r}; {verb} {risk} risk tolerance "
+            f"({source('risk_tolerance')}) and {horizon} horizon ({source('horizon')}). Set one with: {hint}"
+        )
     return (
         f"No stored profile for user {p.user_id!r}; {verb} the defaults ({p.risk_tolerance} risk tolerance, "
         f"{p.horizon} horizon). Set one with: {SET_PROFILE_HINT.format(user=p.user_id)}"

@@ -73,7 +73,10 @@ def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
         "data_source": market["data_source"],
         "as_of": market["as_of"],
         "analyst": analysis["analyst"],
-        "profile": {**used.model_dump(mode="json"), "statement": profile_statement(used)},
+        "profile": {
+            **used.model_dump(mode="json"),
+            "statement": profile_statement(used, chosen=state.get("overrides")),
+        },
         "options": dict(state.get("overrides") or {}),
         "feedback": list(state.get("feedback") or []),
         "feedback_notes": list(analysis.get("feedback_notes") or []),
