@@ -33,6 +33,9 @@ def test_the_replicas_profile_runs_two_inboxes_on_the_shared_servers():
         assert re.fullmatch(r"postgresql://analyst:analyst@postgres:5432/market_analyst", env["POSTGRES_URL"])
         assert env["QDRANT_URL"] == "http://qdrant:6333"
         assert set(service["depends_on"]) == {"postgres", "qdrant"}
+        # A service name resolves only on a network both services are on (no `networks` is `default`).
+        for server in service["depends_on"]:
+            assert set(service["networks"]) & set(services[server].get("networks", ["default"])), server
         assert service["command"][:1] == ["serve"] and "--allow-remote" in service["command"]
         assert service["build"] == "." and "MA_ARCHIVE_DIR" not in env  # the archive is in PostgreSQL
     assert services["inbox-1"]["environment"] == services["inbox-2"]["environment"]
