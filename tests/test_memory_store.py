@@ -130,9 +130,21 @@ def test_an_owner_without_memories_loads_no_model(tmp_path: Path, edge_store: An
 
 
 def test_memory_text_is_checked() -> None:
-    for bad in ("", "   ", "x" * 1001, "line\nbreak", "bell\x07"):
+    for bad in ("", "   ", "x" * 1001, "line\nbreak", "bell\x07", "line\u2028separator", "zero\u200bwidth"):
         with pytest.raises(UserError):
             note("ann", "remembered", bad)
+    # An emoji newer than this Python's Unicode tables, or a private-use character, is data.
+    for good in ("watch the \U0001FAE9 supply", "logo \ue000 mark"):
+        assert note("ann", "remembered", good).text == good
+
+
+def test_what_the_workflow_records_always_makes_a_valid_memory() -> None:
+    """A note or a report's text with anything in it becomes a memory's text that passes the check,
+    so writing the memory can never stop a decision or a publication that is already recorded."""
+    from market_analyst.state import check_memory_text, memory_text
+
+    for raw in ("fine\x07 but\nwatch \u2028 suppliers\u200b \U0001FAE9", "x" * 5000, "\ue000 ok"):
+        assert check_memory_text(memory_text(raw)) == memory_text(raw)
 
 
 def test_replaced_memories_are_kept_but_never_recalled(store: Any) -> None:

@@ -190,6 +190,11 @@ def memory_id(kind: str, *source: str) -> str:
     return str(uuid.uuid5(_MEMORY_NAMESPACE, "\x1f".join((kind, *source))))
 
 
+# What a memory's text may not hold: control and format characters, surrogates, line and paragraph
+# separators. Characters this Python's Unicode tables do not know yet (a recent emoji) are data.
+UNWRITABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
 def check_memory_text(text: str) -> str:
     """`text` stripped, if it is 1 to 1000 characters with no control characters; else `UserError`."""
     text = text.strip()
@@ -198,11 +203,19 @@ def check_memory_text(text: str) -> str:
     if len(text) > MAX_MEMORY_CHARS:
         raise UserError(f"a memory is at most {MAX_MEMORY_CHARS} characters; this one has {len(text)}")
     for char in text:
-        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn") and char != " ":
+        if unicodedata.category(char) in UNWRITABLE_CATEGORIES:
             raise UserError(
                 f"a memory cannot hold control characters (found U+{ord(char):04X}): write it on one line"
             )
     return text
+
+
+def memory_text(raw: str) -> str:
+    """Recorded text (a note, a report's summary) as a memory's text: control characters become
+    spaces, runs of spaces one, cut to the memory limit, so what the workflow writes always passes
+    `check_memory_text` (the whole text stays where it was recorded)."""
+    cleaned = "".join(" " if unicodedata.category(ch) in UNWRITABLE_CATEGORIES else ch for ch in raw)
+    return " ".join(cleaned.split())[:MAX_MEMORY_CHARS].strip()
 
 
 class Memory(BaseModel):

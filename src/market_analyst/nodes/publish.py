@@ -17,7 +17,7 @@ from market_analyst.decisions import content_hash
 from market_analyst.errors import UserError
 from market_analyst.formatting import pct, price, signed_pct
 from market_analyst.ports import AuditEvent, Deps, PublishRequest
-from market_analyst.state import MAX_MEMORY_CHARS, AnalystState, Approval, Draft, Memory, memory_id
+from market_analyst.state import AnalystState, Approval, Draft, Memory, memory_id, memory_text
 
 
 class PublishRefused(UserError):
@@ -94,7 +94,7 @@ def report_text(draft: Draft) -> str:
         f"volatility {pct(f.get('volatility_1y'))}, max drawdown {pct(f.get('max_drawdown_1y'))}, "
         f"trend {f.get('trend')}. Risks: {'; '.join(draft.risk_factors) or 'none flagged'}."
     )
-    return " ".join(text.split())[:MAX_MEMORY_CHARS]
+    return memory_text(text)
 
 
 def report_memory(

@@ -17,7 +17,6 @@ No decision is recorded without its memory once the thread moves on; none is rem
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,22 +29,14 @@ from langgraph.types import Command
 
 from market_analyst.decisions import Decision, content_hash
 from market_analyst.ports import AuditEvent, Deps
-from market_analyst.state import MAX_MEMORY_CHARS, AnalystState, Approval, Memory, MemoryKind, memory_id
+from market_analyst.state import AnalystState, Approval, Memory, MemoryKind, memory_id, memory_text
 
 AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised"}
-_UNWRITABLE = ("Cc", "Cf", "Cs", "Co", "Cn")  # what check_memory_text refuses in a memory
 MEMORY_KINDS: dict[str, MemoryKind] = {
     "approve": "approval_note",
     "reject": "rejection",
     "revise": "feedback",
 }
-
-
-def memory_text(raw: str) -> str:
-    """A person's note as a memory's text: control characters become spaces, runs of spaces one,
-    cut to the memory limit (the note itself is kept whole in the state and the audit log)."""
-    cleaned = "".join(" " if unicodedata.category(ch) in _UNWRITABLE else ch for ch in raw)
-    return " ".join(cleaned.split())[:MAX_MEMORY_CHARS].strip()
 
 
 def decision_memory(thread_id: str, state: AnalystState, decision: Decision, now: datetime) -> Memory | None:
