@@ -195,3 +195,21 @@ def test_a_user_without_memories_loads_no_model(cli: Cli):
 
     assert model_loaded("jon") is False
     assert model_loaded("ivy") is True  # the same check sees the model when recall needs it
+
+
+def test_only_a_memorys_text_grounds_a_number_not_its_id_date_or_thread():
+    """The grounding check reads a recalled memory's text; the digits of its ID, its day and its
+    source thread are shown to the model as provenance and ground nothing."""
+    from market_analyst.nodes.agent import memory_facts, recalled_facts
+
+    recalled = {
+        "id": "3f2a9c1e-5d4b-5a6f-8e7d-1c2b3a4d5e6f",
+        "created_at": "2026-11-03T10:00:00+00:00",
+        "kind": "feedback",
+        "thread_id": "7b1c2d3e-4f5a-4b6c-9d8e-0f1a2b3c4d5e",
+        "text": "say more about the drawdown",
+    }
+    state: Any = {"recalled": [recalled]}
+    assert memory_facts(state) == ["memory: say more about the drawdown"]
+    notes = [{"id": recalled["id"], "date": "2026-11-03", "thread": "7b1c", "text": "x 12"}]
+    assert recalled_facts(json.dumps({"notes": notes})) == ["memory: x 12"]

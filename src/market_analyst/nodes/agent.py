@@ -102,8 +102,9 @@ def memory_note(memory: dict[str, Any]) -> str:
 
 
 def memory_facts(state: AnalystState) -> list[str]:
-    """The recalled memories as facts: a number the answer takes from one of them is grounded."""
-    return [memory_note(m) for m in state.get("recalled") or []]
+    """The recalled memories' texts as facts: a number the answer takes from one of them is grounded
+    (their text only: the digits of an ID, a thread or a date ground nothing)."""
+    return [f"memory: {m.get('text')}" for m in state.get("recalled") or []]
 
 
 def _opening(state: AnalystState, profile: Profile, facts: list[str]) -> list[Any]:
@@ -168,25 +169,13 @@ def tool_facts(messages: list[Any]) -> list[str]:
 
 
 def recalled_facts(result: str) -> list[str]:
-    """The notes a `recall` call returned, each as a fact line like the memories given at the start
-    (their numbers are in their text, which a JSON result's figures would not read)."""
+    """The texts of the notes a `recall` call returned, each as a fact line like the memories given
+    at the start (their numbers are in their text, which a JSON result's figures would not read)."""
     try:
         notes = json.loads(result).get("notes") or []
     except (ValueError, AttributeError):
         return []
-    return [
-        memory_note(
-            {
-                "id": n.get("id"),
-                "created_at": n.get("date"),
-                "kind": n.get("kind"),
-                "thread_id": n.get("thread"),
-                "text": n.get("text"),
-            }
-        )
-        for n in notes
-        if isinstance(n, dict)
-    ]
+    return [f"memory: {n.get('text')}" for n in notes if isinstance(n, dict)]
 
 
 def sendable(messages: list[Any]) -> list[Any]:
