@@ -13,7 +13,9 @@ import time
 from tests.support.cli import Cli, market_analyst_command
 
 
-def _on_terminal(cli: Cli, args: list[str], answers: list[tuple[str, str]], timeout: float = 90) -> str:
+def _on_terminal(
+    cli: Cli, args: list[str], answers: list[tuple[str, str]], timeout: float = 90, exit_code: int = 0
+) -> str:
     """Run the CLI with a pseudo-terminal as stdin and stdout; answer each prompt (the text it waits
     for, the line to type) in turn, and return everything the terminal showed."""
     leader, follower = pty.openpty()
@@ -52,7 +54,7 @@ def _on_terminal(cli: Cli, args: list[str], answers: list[tuple[str, str]], time
             proc.wait()
         os.close(leader)
     text = shown.decode(errors="replace").replace("\r\n", "\n")
-    assert proc.returncode == 0, text
+    assert proc.returncode == exit_code, text
     assert not pending, f"never asked {pending[0][0]!r}:\n{text}"
     return text
 
@@ -94,7 +96,7 @@ def test_answers_not_saved_are_used_for_this_run_only(cli: Cli):
     assert cli.ok("profile", "show", "--user", "passerby", "--json").json()["source"] == "default"
     markdown = _draft(cli, shown)["markdown"]
     assert (
-        "Chosen for this thread, not the stored profile: horizon short, risk tolerance aggressive" in markdown
+        "- Chosen for this thread: horizon short, risk tolerance aggressive" in markdown
     )
     # The profile line says what the thread used, not that it used the defaults it did not use.
     assert "used aggressive risk tolerance (chosen for this thread) and short horizon" in markdown
@@ -107,3 +109,9 @@ def test_no_input_and_a_pipe_keep_the_stated_defaults(cli: Cli):
     piped = cli.ok("analyze", "NVDA", "--user", "quiet")  # stdin is not a terminal here
     assert "Risk tolerance (" not in piped.stdout and "used the defaults" in piped.stdout
     assert cli.ok("profile", "show", "--user", "quiet", "--json").json()["source"] == "default"
+
+
+def test_a_bad_ticker_fails_before_any_question_is_asked(cli: Cli):
+    shown = _on_terminal(cli, ["analyze", "NV DA!", "--user", "hasty"], [], exit_code=2)
+    assert "malformed ticker" in shown and "Risk tolerance" not in shown and "Traceback" not in shown
+    assert cli.ok("profile", "show", "--user", "hasty", "--json").json()["source"] == "default"

@@ -17,7 +17,10 @@ def test_revise_with_a_horizon_analyses_again_for_that_horizon(cli: Cli):
     assert "long horizon" in draft["framing"] and draft["framing"] != first["framing"]
     assert draft["draft_id"] != first["draft_id"] and draft["revision"] == 2
     assert draft["options"] == {"horizon": "long"}
-    assert "Chosen for this thread, not the stored profile: horizon long" in draft["markdown"]
+    # No stored profile here: the draft says the horizon was chosen and the risk tolerance is the default.
+    assert "- Chosen for this thread: horizon long" in draft["markdown"]
+    statement = "moderate risk tolerance (the default) and long horizon (chosen for this thread)"
+    assert statement in draft["markdown"]
     assert revised["options"] == {"horizon": "long"} and revised["revision"] == 2
     changes = revised["changes"]
     assert changes["confidence"] == [first["confidence"], draft["confidence"]]

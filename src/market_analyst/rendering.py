@@ -182,7 +182,8 @@ def render_markdown(d: dict[str, Any]) -> str:
     options = d.get("options") or {}
     if options:
         chosen = ", ".join(f"{k.replace('_', ' ')} {plain(v)}" for k, v in sorted(options.items()))
-        lines.append(f"- Chosen for this thread, not the stored profile: {chosen}")
+        stored = (d.get("profile") or {}).get("source") == "stored"
+        lines.append(f"- Chosen for this thread{', not the stored profile' if stored else ''}: {chosen}")
     analyst = d["analyst"]
     lines.append(f"- Analyst: {plain(analyst['name'])} (version {plain(analyst['version'])})")
     lines.append(f"- Framing: {plain(d['framing'])}")

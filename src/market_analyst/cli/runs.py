@@ -45,6 +45,9 @@ def analyze(
     settings = load_settings(durability=durability, checkpointer=checkpointer, market_data=data)
     answers = None
     if not (no_input or json_output) and sys.stdin.isatty() and sys.stdout.isatty():
+        from market_analyst.market_data import normalize_ticker
+
+        normalize_ticker(ticker)  # a bad ticker fails before any question is asked or answer saved
         answers = ask_profile(settings, user)
     with stops_as_json(json_output):
         view = start_analysis(
