@@ -291,6 +291,10 @@ def test_the_embedder_is_chosen_by_setting_and_a_change_asks_for_reindex(mem_cli
             ("/v1/embeddings", "text-embedding-3-small", 256)
         }
 
+        gone = dict(remote, OPENAI_BASE_URL="http://127.0.0.1:9/v1", MA_LLM_TIMEOUT="2")
+        down = mem_cli.fails("remember", "--user", "ann", "the endpoint is down", extra_env=gone)
+        assert down.returncode == 69 and "embeddings endpoint did not answer" in down.stderr
+
         refused = mem_cli.fails("remember", "--user", "ann", "figures are stale")
         assert refused.returncode == 2
         assert "openai/text-embedding-3-small" in refused.stderr and "memories reindex" in refused.stderr

@@ -94,5 +94,19 @@ class OpenAIEmbedder:
                 timeout=self._timeout,
                 check_embedding_ctx_length=False,
             )
-        vectors = self._client.embed_documents(list(texts))
+        import openai
+
+        from market_analyst.errors import ServiceUnavailable
+
+        try:
+            vectors = self._client.embed_documents(list(texts))
+        except openai.APIStatusError as exc:
+            raise ServiceUnavailable(
+                f"the embeddings endpoint answered HTTP {exc.status_code} for {self._model}: check "
+                "OPENAI_API_KEY and MA_OPENAI_EMBEDDING_MODEL, or try again later"
+            ) from None
+        except openai.APIError as exc:
+            raise ServiceUnavailable(
+                f"the embeddings endpoint did not answer ({type(exc).__name__}): try again when it is back"
+            ) from None
         return [[float(x) for x in row] for row in vectors]

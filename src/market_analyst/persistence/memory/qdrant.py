@@ -311,16 +311,18 @@ class QdrantMemoryStore:
             return self._count(client, self._before(older_than)) if self._exists(client) else 0
 
     def reindex(self) -> int:
-        """Embed every memory again into a new collection, then drop the old one and move the new
-        one's points under the collection's name (a server has no rename)."""
+        """Embed every memory again, then drop the collection and write the new points under its name
+        (a server has no rename). Everything is embedded before anything is dropped, so an embedder
+        that fails or a kill while embedding leaves the old collection as it was."""
         with self._client() as client:
             if not self._exists(client):
                 return 0
             memories = [from_payload(r.id, dict(r.payload or {})) for r in self._scroll(client, None)]
+            pages = [self._points(memories[start : start + PAGE]) for start in range(0, len(memories), PAGE)]
             client.delete_collection(self.collection)
             self._create(client)
-            for start in range(0, len(memories), PAGE):
-                client.upsert(self.collection, self._points(memories[start : start + PAGE]), wait=True)
+            for points in pages:
+                client.upsert(self.collection, points, wait=True)
             return len(memories)
 
     def all_points(self) -> builtins.list[dict[str, Any]]:
