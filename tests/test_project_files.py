@@ -118,6 +118,9 @@ def test_make_bench_runs_every_section():
     assert "memory: recall over 300 memories on Qdrant Edge" in result.stdout
     assert "open shard p50" in result.stdout and "bytes on disk a memory" in result.stdout
     assert "one memory a write" in result.stdout and "a fresh process recalls" in result.stdout
+    result = run_make("bench", "BENCH_ARGS=memory-analyze --n 20", timeout=300)
+    assert "median of 5 runs of 'analyze NVDA' to the gate" in result.stdout
+    assert "a user with no memories loads no model: yes" in result.stdout
     result = run_make("bench", "BENCH_ARGS=replicas --n 4", timeout=300)
     assert "one replica" in result.stdout and "two replicas" in result.stdout
     assert "ratio: two replicas approve" in result.stdout
