@@ -66,7 +66,7 @@ def test_make_eval_memory_recalls_through_the_real_store_without_leaks():
     fails it; the full figures and their targets are `make eval-memory`'s, quoted in the README."""
     result = run_make("eval-memory", "EVAL_ARGS=--every 4 --json", check=False, timeout=300)
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    figures = json.loads(result.stdout[result.stdout.index("{") :])
+    figures, _ = json.JSONDecoder().raw_decode(result.stdout[result.stdout.index("{") :])  # make adds lines
     assert figures["memories"] == 400 and figures["users"] == 12 and figures["questions"] == 30
     modes = figures["modes"]
     assert all(mode["leaks"] == 0 for mode in modes.values()), "a result belonged to another user"
@@ -103,6 +103,6 @@ def test_make_eval_memory_fails_when_a_target_is_missed(tmp_path):
     (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in mine))
     result = run_make("eval-memory", f"EVAL_ARGS=--set {tmp_path} --json", check=False, timeout=300)
     assert result.returncode != 0, result.stdout[-2000:]
-    figures = json.loads(result.stdout[result.stdout.index("{") :])
+    figures, _ = json.JSONDecoder().raw_decode(result.stdout[result.stdout.index("{") :])  # make adds lines
     assert figures["questions"] == 10 and figures["misses"]
     assert figures["modes"]["hybrid"]["recall_at_5"] < 0.85
