@@ -10,13 +10,11 @@ which ones ran.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from market_analyst.errors import ServiceUnavailable
-from market_analyst.persistence.checkpoints.postgres import postgres_connect
+from market_analyst.persistence.checkpoints.postgres import postgres_connect, setup_lock
 from market_analyst.redaction import redact_url
 from market_analyst.settings import Settings
 
@@ -76,37 +74,21 @@ def migrate(conn: Any, component: str, migrations: Sequence[str]) -> None:
     migration and its ledger row commit together."""
     if _applied(conn, component) >= len(migrations):
         return
-    key = _lock_key(component)
-    deadline = time.monotonic() + MIGRATION_WAIT_SECONDS
-    pause = 0.02
-    with conn.cursor() as cur:
-        while True:
-            cur.execute("SELECT pg_try_advisory_lock(%s) AS locked", (key,))
-            row = cur.fetchone()
-            if row and row["locked"]:
-                break
-            if time.monotonic() > deadline:
-                raise ServiceUnavailable(
-                    f"another command has been creating the {component} tables for "
-                    f"{MIGRATION_WAIT_SECONDS:g} s; nothing was written: run the command again"
+    with conn.cursor() as cur, setup_lock(
+        cur, _lock_key(component), MIGRATION_WAIT_SECONDS, f"the {component} tables"
+    ):
+        cur.execute(_LEDGER)
+        done = _applied(conn, component)
+        for version, statement in enumerate(migrations, start=1):
+            if version <= done:
+                continue
+            with conn.transaction():
+                # Unprepared, so one migration may hold several statements.
+                cur.execute(statement, prepare=False)
+                cur.execute(
+                    "INSERT INTO ma_records_migrations (component, version) VALUES (%s, %s)",
+                    (component, version),
                 )
-            time.sleep(pause)
-            pause = min(pause * 2, 0.5)
-        try:
-            cur.execute(_LEDGER)
-            done = _applied(conn, component)
-            for version, statement in enumerate(migrations, start=1):
-                if version <= done:
-                    continue
-                with conn.transaction():
-                    # Unprepared, so one migration may hold several statements.
-                    cur.execute(statement, prepare=False)
-                    cur.execute(
-                        "INSERT INTO ma_records_migrations (component, version) VALUES (%s, %s)",
-                        (component, version),
-                    )
-        finally:
-            cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 @contextmanager

@@ -174,28 +174,36 @@ def _ensure_schema(conn: Any, saver: Any) -> None:
     that returns at once), holding nothing open between tries, and re-check once they hold the lock."""
     if _schema_current(conn, saver):
         return
-    deadline = time.monotonic() + SETUP_WAIT_SECONDS
+    with conn.cursor() as cur, setup_lock(cur, _SETUP_LOCK_KEY, SETUP_WAIT_SECONDS, "the checkpoint tables"):
+        if not _schema_current(conn, saver):
+            saver.setup()
+            for statement in POSTGRES_SCHEMA:  # the thread index, beside the checkpoints
+                cur.execute(statement)
+
+
+@contextmanager
+def setup_lock(cur: Any, key: int, wait_seconds: float, what: str) -> Iterator[None]:
+    """Hold advisory lock `key` while tables are created: poll `pg_try_advisory_lock` (a statement
+    that returns at once, so nothing stays open between tries; see `_ensure_schema`) for up to
+    `wait_seconds`, then `ServiceUnavailable` naming `what`; unlocked on the way out."""
+    deadline = time.monotonic() + wait_seconds
     pause = 0.02
-    with conn.cursor() as cur:
-        while True:
-            cur.execute("SELECT pg_try_advisory_lock(%s) AS locked", (_SETUP_LOCK_KEY,))
-            row = cur.fetchone()
-            if row and row["locked"]:
-                break
-            if time.monotonic() > deadline:
-                raise ServiceUnavailable(
-                    f"another command has been creating the checkpoint tables for {SETUP_WAIT_SECONDS:g} s; "
-                    "nothing was written: run the command again"
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, 0.5)
-        try:
-            if not _schema_current(conn, saver):
-                saver.setup()
-                for statement in POSTGRES_SCHEMA:  # the thread index, beside the checkpoints
-                    cur.execute(statement)
-        finally:
-            cur.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
+    while True:
+        cur.execute("SELECT pg_try_advisory_lock(%s) AS locked", (key,))
+        row = cur.fetchone()
+        if row and row["locked"]:
+            break
+        if time.monotonic() > deadline:
+            raise ServiceUnavailable(
+                f"another command has been creating {what} for {wait_seconds:g} s; "
+                "nothing was written: run the command again"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+    try:
+        yield
+    finally:
+        cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 @contextmanager
