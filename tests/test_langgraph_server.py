@@ -55,66 +55,92 @@ def _server_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str
     return graph.copy(update={"checkpointer": InMemorySaver()})
 
 
+def _as(user: str | None) -> dict[str, Any]:
+    """The run configuration LangGraph's server gives a run its auth handler authenticated `user` for."""
+    configurable: dict[str, Any] = {"thread_id": "studio-1"}
+    if user is not None:
+        configurable["langgraph_auth_user"] = {"identity": user, "permissions": ["approver"]}
+    return {"configurable": configurable}
+
+
 def test_a_server_run_asks_with_a_typed_request_and_a_resume_publishes_through_the_same_rules(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    graph = _server_graph(tmp_path, monkeypatch, {"MA_APPROVERS": "ann,bob"})
+    graph = _server_graph(tmp_path, monkeypatch, {"MA_APPROVERS": "ann,bob,mallory"})
     graph.invoke({"ticker": "NVDA", "user_id": "ann"}, CONFIG, context=dict(SERVER_CONTEXT))
     paused = graph.get_state(CONFIG)
     assert paused.next == ("human_review",) and paused.values["draft"]["ticker"] == "NVDA"
-    # What LangGraph's server, Studio and inbox tools show: the request, and the schema of an answer.
+    # What LangGraph's server, Studio and Agent Inbox show: the request, and the schema of an answer.
     [asked] = paused.interrupts
     draft = paused.values["draft"]
+    digest = hashlib.sha256(draft["markdown"].encode()).hexdigest()
     assert asked.value == {
         "kind": "approval_request",
         "thread_id": "studio-1",
         "ticker": "NVDA",
         "draft_id": draft["draft_id"],
         "revision": 1,
-        "content_hash": hashlib.sha256(draft["markdown"].encode()).hexdigest(),
+        "content_hash": digest,
         "headline": draft["headline"],
         "requested_by": "ann",
         "allowed_actions": ["approve", "reject", "revise"],
         "approvals": [],
         "approvals_needed": 1,
         "drafted_at": paused.values["drafted_at"],
+        "refused": None,
+        "action_request": {
+            "action": "Approve report",
+            "args": {"draft_id": draft["draft_id"], "content_hash": digest, "headline": draft["headline"]},
+        },
+        "config": {"allow_ignore": False, "allow_respond": True, "allow_edit": False, "allow_accept": True},
+        "description": draft["markdown"],
     }
-    assert set(asked.response_schema["required"]) == {"action", "draft_id", "by"}
+    assert asked.response_schema["title"] == "Decision"
 
-    def resume(**decision: Any) -> None:
-        graph.invoke(Command(resume=decision), CONFIG, context=dict(SERVER_CONTEXT))
+    def resume(user: str | None, decision: Any) -> Any:
+        graph.invoke(Command(resume=decision), _as(user), context=dict(SERVER_CONTEXT))
+        return graph.get_state(CONFIG)
 
-    # Refused by the same rule as every other door, and nothing changes: a draft that is not the one
-    # asked about, someone MA_APPROVERS leaves out, a decision that is not one.
-    for bad, why in (
-        ({"action": "approve", "draft_id": "0" * 24, "by": "bob"}, "is not the current draft"),
-        ({"action": "approve", "draft_id": draft["draft_id"], "by": "mallory"}, "MA_APPROVERS allows"),
-        ({"action": "publish", "draft_id": draft["draft_id"], "by": "bob"}, "action"),
+    # Refused by the same rule as every other door, and asked again with the reason: nothing is
+    # recorded, the thread still waits. Who decides is the authenticated caller, never a typed name.
+    for user, bad, why in (
+        (None, {"action": "approve", "draft_id": draft["draft_id"]}, "no authenticated caller"),
+        ("bob", {"action": "approve", "draft_id": "0" * 24}, "is not the current draft"),
+        ("bob", {"action": "approve", "draft_id": draft["draft_id"], "by": "ceo"}, "but 'bob' is signed in"),
+        ("ann", {"action": "approve", "draft_id": draft["draft_id"]}, "separation of duties"),
+        ("bob", {"action": "publish", "draft_id": draft["draft_id"]}, "action"),
+        ("bob", {"action": "approve", "draft_id": draft["draft_id"], "at": "1999-01-01T00:00:00"}, "at"),
+        ("bob", {"action": "approve", "draft_id": draft["draft_id"], "verified": True}, "verified"),
+        ("bob", {"action": "reject", "draft_id": draft["draft_id"]}, "needs a reason"),
+        ("bob", [{"type": "ignore", "args": None}], "does not take 'ignore'"),
+        ("bob", "approve", "not a decision"),
     ):
-        with pytest.raises(ValidationError, match=why):
-            resume(**bad)
-        again = graph.get_state(CONFIG)
-        assert again.next == ("human_review",) and again.values.get("approval") is None
+        again = resume(user, bad)
+        assert again.next == ("human_review",) and again.values.get("approval") is None, bad
+        [asked_again] = again.interrupts
+        assert why in asked_again.value["refused"], (bad, asked_again.value["refused"])
+        assert asked_again.value["draft_id"] == draft["draft_id"]
     assert not (tmp_path / "data" / "reports").exists() or not any(
         (tmp_path / "data" / "reports").glob("*.json")
     )
+    assert not (tmp_path / "data" / "audit" / "audit.jsonl").exists()
 
-    # A client cannot claim a verified identity: the server's decisions are recorded as unverified.
-    resume(action="approve", draft_id=draft["draft_id"], by="bob", note="checked in Studio", verified=True)
-    state = graph.get_state(CONFIG).values
-    assert state["approval"]["verified"] is False and state["approval"]["door"] == "langgraph"
+    # The authenticated approver's decision is recorded in their name, verified, through this door.
+    state = resume("bob", {"action": "approve", "draft_id": draft["draft_id"], "note": "checked in Studio"}).values
+    assert state["approval"]["by"] == "bob" and state["approval"]["verified"] is True
+    assert state["approval"]["door"] == "langgraph"
     document = json.loads((tmp_path / "data" / "reports" / f"{state['publication']['key']}.json").read_text())
     assert document["approved_by"] == "bob" and document["approval_note"] == "checked in Studio"
-    assert document["approval_verified"] is False
+    assert document["approval_verified"] is True
     audit = [
         json.loads(line) for line in (tmp_path / "data" / "audit" / "audit.jsonl").read_text().splitlines()
     ]
-    assert [(e["action"], e["door"], e["verified"]) for e in audit] == [
-        ("approved", "langgraph", False),
-        ("published", "langgraph", False),
+    assert [(e["action"], e["door"], e["verified"], e["personal"]["actor"]) for e in audit] == [
+        ("approved", "langgraph", True, "bob"),
+        ("published", "langgraph", True, "bob"),
     ]
     # The thread has finished: a second resume of the same decision publishes nothing new.
-    resume(action="approve", draft_id=draft["draft_id"], by="bob")
+    resume("bob", {"action": "approve", "draft_id": draft["draft_id"]})
     assert len(list((tmp_path / "data" / "reports").glob("*.json"))) == 1
 
 

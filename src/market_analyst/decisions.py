@@ -1,34 +1,51 @@
-"""The decision model: what the approval gate asks, what a decision must say, and the one rule that
-says whether it may be made.
+"""The decision model: what the approval gate asks, what a decision must say, the one rule that
+says whether it may be made, and the seal that proves a decision was made at the gate.
 
 The gate (`nodes/human_review.py`) sends a `DecisionRequest` with LangGraph's `interrupt()`; a
 decision comes back as the resume value and is validated as a `Decision` before anything changes.
 Every door (the CLI, the web inbox, the API, LangGraph's own server) goes through `refusal`, so a
 decision is bound to the draft it was made on, made by someone entitled to it, and counted once.
+
+A decision the gate accepts is sealed: an HMAC, with a key kept in the records store, over the
+thread, the draft, its content hash, who decided, through which door and when. `record_decision`
+and `publish` act only on sealed decisions, so whoever can write a thread's state (LangGraph's
+`update_state`, a `Command(goto=...)`, a fork or a copy) cannot make a decision or a publication:
+they can copy a seal, never make one, and a seal names the thread and the exact text it was made on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+import hmac
+import json
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from market_analyst.errors import UserError
 from market_analyst.state import HORIZONS, RISK_TOLERANCES, USER_ID_PATTERN
 
 Action = Literal["approve", "reject", "revise"]
 Door = Literal["cli", "web", "api", "langgraph"]
-Role = Literal["approver", "reviewer"]
-ROLES: tuple[str, ...] = ("approver", "reviewer")
-# What each role may do: a reviewer revises (and comments with the feedback); an approver decides.
+Role = Literal["requester", "reviewer", "approver", "operator"]
+ROLES: tuple[str, ...] = ("requester", "reviewer", "approver", "operator")
+# What each role may decide: a requester asks for analyses and decides nothing; a reviewer revises
+# (and comments with the feedback); an approver also approves and rejects. An operator repairs
+# (forks, state writes, deletes) and decides nothing: whoever can write a thread's state cannot decide.
 ROLE_ACTIONS: dict[str, frozenset[str]] = {
-    "approver": frozenset({"approve", "reject", "revise"}),
+    "requester": frozenset(),
     "reviewer": frozenset({"revise"}),
+    "approver": frozenset({"approve", "reject", "revise"}),
+    "operator": frozenset(),
+}
+_ROLE_LIMITS = {
+    "requester": "a requester asks for analyses and decides none",
+    "reviewer": "a reviewer may only revise",
+    "approver": "",
+    "operator": "an operator repairs threads and decides none",
 }
 ACTIONS: tuple[str, ...] = ("approve", "reject", "revise")
 MAX_NOTE_CHARS = 2000
@@ -58,7 +75,11 @@ class ApprovalSoFar(BaseModel):
 
 
 class DecisionRequest(BaseModel):
-    """What the gate asks a person: the interrupt's payload, read by every door."""
+    """What the gate asks a person: the interrupt's payload, read by every door.
+
+    `action_request`, `config` and `description` make it a `HumanInterrupt` as Agent Inbox reads
+    one (the draft's Markdown is the description; only accept and respond are offered); the project's
+    own fields stand beside them. `refused` says why the last answer was not taken, when one was not."""
 
     kind: Literal["approval_request"] = "approval_request"
     thread_id: str
@@ -72,13 +93,34 @@ class DecisionRequest(BaseModel):
     approvals: list[ApprovalSoFar]
     approvals_needed: int
     drafted_at: str | None = None
+    refused: str | None = None
+    action_request: dict[str, Any] | None = None
+    config: dict[str, bool] | None = None
+    description: str | None = None
+
+
+INBOX_CONFIG = {"allow_ignore": False, "allow_respond": True, "allow_edit": False, "allow_accept": True}
+INBOX_ACTION = "Approve report"
+
+
+def inbox_fields(draft_id: str, digest: str, headline: str, markdown: str) -> dict[str, Any]:
+    """The `HumanInterrupt` part of a request: what Agent Inbox shows and which answers it offers."""
+    return {
+        "action_request": {
+            "action": INBOX_ACTION,
+            "args": {"draft_id": draft_id, "content_hash": digest, "headline": headline},
+        },
+        "config": dict(INBOX_CONFIG),
+        "description": markdown,
+    }
 
 
 class Decision(BaseModel):
-    """A decision on one draft, the gate's resume value. `note` is the approval note, the rejection
-    reason or the revise feedback. `at` is set by the application that records it (the gate fills it
-    in where a client sent none); `verified` and `door` say how the decider was identified, and only
-    the application's own doors may claim a verified identity (see `checking`)."""
+    """A decision on one draft, as the gate records it. `note` is the approval note, the rejection
+    reason or the revise feedback. `by`, `at`, `verified` and `door` come from the door the decision
+    arrived through, never from what a client sent; `seal` proves the gate accepted exactly this
+    decision on this thread (see `DecisionSeal`). `allow_stale` is a door's own choice (the CLI's
+    `--allow-stale`), sealed with the rest."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -91,6 +133,8 @@ class Decision(BaseModel):
     verified: bool = False
     door: Door = "langgraph"
     options: dict[str, str] = Field(default_factory=dict)  # revise: question, risk_tolerance, horizon
+    allow_stale: bool = False
+    seal: str | None = None
 
     @field_validator("by")
     @classmethod
@@ -119,12 +163,20 @@ class Decision(BaseModel):
                 raise ValueError(f"question: at most {MAX_NOTE_CHARS} characters")
         return value
 
-    @model_validator(mode="after")
-    def _allowed(self) -> Decision:
-        check = _CHECK.get()
-        if check is not None:
-            check(self)
-        return self
+
+class ClientDecision(BaseModel):
+    """What a client of LangGraph's server sends to resume the gate: the decision, never who made
+    it or when (the server's authenticated caller and clock say that). `by`, if sent, must name the
+    caller."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Action
+    draft_id: str = Field(min_length=1, max_length=64)
+    content_hash: str | None = Field(None, max_length=64)
+    by: str | None = None
+    note: str = Field("", max_length=MAX_NOTE_CHARS)
+    options: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -146,12 +198,16 @@ class DecisionPolicy:
     allowed: frozenset[str] = frozenset()
     allow_self_approval: bool = False
     role_of: Callable[[str], str | None] = field(default=lambda name: None)
+    max_draft_age: float | None = None  # MA_MAX_DRAFT_AGE in seconds: older drafts are not approved
 
 
-def refusal(policy: DecisionPolicy, request: DecisionRequest, decision: Decision) -> DecisionRefused | None:
+def refusal(
+    policy: DecisionPolicy, request: DecisionRequest, decision: Decision, *, reread: str | None = None
+) -> DecisionRefused | None:
     """Why `decision` may not be made on the draft `request` asks about, or None: the one rule of
     every door. Checked in this order: the draft, the allow-list, the role, separation of duties,
-    and a second approval by the same person."""
+    and a second approval by the same person. `reread` says how this door's user reads the current
+    draft again (default: `market-analyst status`)."""
     if decision.draft_id != request.draft_id or (
         decision.content_hash is not None and decision.content_hash != request.content_hash
     ):
@@ -162,11 +218,11 @@ def refusal(policy: DecisionPolicy, request: DecisionRequest, decision: Decision
             if decision.content_hash
             else decision.draft_id
         )
+        how = reread or f"read it with 'market-analyst status {request.thread_id}'"
         return DecisionRefused(
             409,
             f"{which} is not the current draft of thread {request.thread_id}: revision {request.revision} "
-            f"(draft {request.draft_id}) is; read it with 'market-analyst status {request.thread_id}' "
-            "and decide on it again",
+            f"(draft {request.draft_id}) is; {how} and decide on it again",
         )
     if policy.allowed and decision.by not in policy.allowed:
         return DecisionRefused(
@@ -176,9 +232,8 @@ def refusal(policy: DecisionPolicy, request: DecisionRequest, decision: Decision
         )
     role = policy.role_of(decision.by)
     if role is not None and decision.action not in ROLE_ACTIONS.get(role, frozenset()):
-        return DecisionRefused(
-            403, f"{decision.by!r} is a {role} and may not {decision.action}: a reviewer may only revise"
-        )
+        limit = _ROLE_LIMITS.get(role) or "that role may not"
+        return DecisionRefused(403, f"{decision.by!r} is a {role} and may not {decision.action}: {limit}")
     if (
         decision.action == "approve"
         and decision.verified
@@ -205,38 +260,47 @@ def approvals_text(count: int, needed: int) -> str:
     return f"{count} of {needed} approval{'s' if needed != 1 else ''}"
 
 
-_CHECK: ContextVar[Callable[[Decision], None] | None] = ContextVar("decision_check", default=None)
+class DecisionSeal:
+    """Seals decisions the gate accepts, and checks seals: an HMAC-SHA256 over the thread ID and every
+    field of the decision, keyed by a secret of the records store (`key`, read at each use, so a
+    changed secret counts in every process at once). A state writer can copy a seal, never make one;
+    a copied seal is valid only for the very decision, thread and text it was made for."""
+
+    def __init__(self, key: Callable[[], bytes]) -> None:
+        self._key = key
+
+    @staticmethod
+    def _message(thread_id: str, decision: Decision) -> bytes:
+        fields = decision.model_dump(mode="json", exclude={"seal"})
+        return json.dumps({"thread_id": thread_id, **fields}, sort_keys=True, separators=(",", ":")).encode()
+
+    def seal(self, thread_id: str, decision: Decision) -> Decision:
+        """`decision` with its seal for `thread_id`."""
+        mac = hmac.new(self._key(), self._message(thread_id, decision), hashlib.sha256).hexdigest()
+        return decision.model_copy(update={"seal": mac})
+
+    def sealed(self, thread_id: str, raw: Any) -> Decision | None:
+        """`raw` as a `Decision` if it carries a valid seal for `thread_id`, else None (malformed,
+        unsealed, sealed for another thread, or changed after it was sealed)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("seal"), str):
+            return None
+        try:
+            decision = Decision.model_validate(raw)
+        except ValidationError:
+            return None
+        expected = hmac.new(self._key(), self._message(thread_id, decision), hashlib.sha256).hexdigest()
+        return decision if hmac.compare_digest(expected, str(decision.seal)) else None
 
 
-@contextlib.contextmanager
-def checking(
-    policy: DecisionPolicy, request: DecisionRequest, identity: Identity | None, now: Callable[[], str]
-) -> Iterator[None]:
-    """Validate every `Decision` made in this block against the rule, for `request`.
+def process_seal() -> DecisionSeal:
+    """A seal keyed by a secret of this process alone: for graphs built without a records store."""
+    key = secrets.token_bytes(32)
+    return DecisionSeal(lambda: key)
 
-    With an `identity` (the application's own door) the decision must be made in that name, and
-    takes its `verified` and `door` from it; without one (a client of LangGraph's server) the
-    decision is recorded as unverified, through the `langgraph` door, whatever it claims. A refusal
-    is raised as the validation error it becomes inside `interrupt()`, which then saves nothing."""
 
-    def check(decision: Decision) -> None:
-        if identity is not None:
-            if decision.by != identity.name:
-                raise ValueError(f"the decision names {decision.by!r}, but {identity.name!r} made it")
-            decision.verified, decision.door = identity.verified, identity.door
-        else:
-            decision.verified, decision.door = False, "langgraph"
-        if decision.at is None:
-            decision.at = now()
-        found = refusal(policy, request, decision)
-        if found is not None:
-            raise ValueError(str(found))
-
-    token = _CHECK.set(check)
-    try:
-        yield
-    finally:
-        _CHECK.reset(token)
+def seal_key(secret: str) -> bytes:
+    """The sealing key derived from the records store's secret (kept apart from its other use)."""
+    return hmac.new(secret.encode(), b"market-analyst decision seal v1", hashlib.sha256).digest()
 
 
 def validated(
@@ -251,9 +315,7 @@ def validated(
     try:  # shape first, so a malformed decision is one clear line
         probe = Decision.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "decision"
-        raise UserError(f"{where}: {str(first['msg']).removeprefix('Value error, ')}") from None
+        raise UserError(first_error(exc)) from None
     if identity is not None and probe.by != identity.name:
         raise UserError(f"the decision names {probe.by!r}, but {identity.name!r} made it")
     decided = probe.model_copy(
@@ -267,3 +329,10 @@ def validated(
     if found is not None:
         raise found
     return decided
+
+
+def first_error(exc: ValidationError) -> str:
+    """A validation error as one line: where, and what is wrong there."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "decision"
+    return f"{where}: {str(first['msg']).removeprefix('Value error, ')}"

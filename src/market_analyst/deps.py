@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from market_analyst.decisions import DecisionPolicy
+from market_analyst.decisions import DecisionPolicy, DecisionSeal, seal_key
 from market_analyst.errors import UserError
 from market_analyst.persistence.approvals.approvers import Approver, ApproverStore
 from market_analyst.persistence.approvals.audit import AuditLog
@@ -52,6 +52,7 @@ __all__ = [
     "copy_approvals_to_records",
     "copy_archive_to_records",
     "decision_policy",
+    "decision_seal",
     "embedded_server",
     "open_analyst",
     "open_approvers",
@@ -210,7 +211,16 @@ def decision_policy(settings: Settings) -> DecisionPolicy:
         allowed=settings.approvers,
         allow_self_approval=settings.allow_self_approval,
         role_of=store.role_of,
+        max_draft_age=settings.max_draft_age.total_seconds(),
     )
+
+
+def decision_seal(settings: Settings) -> DecisionSeal:
+    """What seals the decisions the gate accepts: keyed by the records store's secret (the data
+    directory's, or the records database's with `MA_RECORDS=postgres`), shared by every process and
+    host that shares those records, and by no client."""
+    store = open_approvers(settings)
+    return DecisionSeal(lambda: seal_key(store.session_secret()))
 
 
 def open_profiles(settings: Settings) -> ProfileStore:
@@ -267,4 +277,5 @@ def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) 
         policy=decision_policy(settings),
         audit=open_audit(settings),
         memory=open_memory(settings),
+        seal=decision_seal(settings),
     )

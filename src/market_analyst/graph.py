@@ -58,8 +58,11 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "record_decision": record_decision,
     "publish": publish,
 }
-# Where `record_decision` can send a run (its `Command(goto=...)`), for the drawing and for LangGraph.
-_DECISION_ROUTES = ("human_review", "analyze", "publish", END)
+# Where a node that routes by `Command(goto=...)` can send a run, for the drawing and for LangGraph: the
+# `record_decision` where the decision leads (back to the gate when there is none to record).
+_ROUTES: dict[str, tuple[str, ...]] = {
+    "record_decision": ("human_review", "analyze", "publish", END),
+}
 
 # `wrapper(node_name, node_function)` returns the function the graph runs instead. A wrapper must
 # keep the node's signature (`functools.wraps` does): LangGraph injects `runtime` and `config` by it.
@@ -104,7 +107,7 @@ def build_graph(
             node = _with_default_context(node, default_deps)
         for wrapper in wrappers:
             node = wrapper(name, node)
-        builder.add_node(name, node, destinations=_DECISION_ROUTES if name == "record_decision" else None)
+        builder.add_node(name, node, destinations=_ROUTES.get(name))
     builder.add_node(TOOLS, tool_node(default_deps))
     builder.add_edge(START, "load_profile")
     builder.add_edge("load_profile", "recall")

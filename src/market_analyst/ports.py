@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from market_analyst.choices import RecallMode
-from market_analyst.decisions import DecisionPolicy, Identity
+from market_analyst.decisions import DecisionPolicy, DecisionSeal, Identity, process_seal
 from market_analyst.state import Memory, Profile, ProfileUsed
 
 if TYPE_CHECKING:
@@ -314,6 +314,7 @@ class Deps:
     audit: AuditWriter = field(default_factory=_NoAudit)
     identity: Identity | None = None  # who decides in this run, as the application's door knows them
     memory: MemoryStore = field(default_factory=_NoMemory)  # what the owner said in earlier threads
+    seal: DecisionSeal = field(default_factory=process_seal)  # seals what the gate accepts
 
 
 @dataclass(frozen=True)

@@ -308,6 +308,7 @@ class AnalystState(TypedDict, total=False):
     started_at: str  # when the thread started (UTC)
     schema_version: int  # SCHEMA_VERSION of the code that started the thread; absent: 1 (0.1.0 or earlier)
     approval: dict[str, Any] | None  # Approval
-    approvals: list[dict[str, Any]]  # the current draft's approvals so far (by, at, verified, door, note)
-    decision: dict[str, Any] | None  # the decisions.Decision the gate accepted, until record_decision
+    approvals: list[dict[str, Any]]  # the current draft's sealed approvals so far (decisions.Decision)
+    decision: dict[str, Any] | None  # the sealed decisions.Decision the gate accepted, until record_decision
+    refused: str | None  # why the gate's last answer was not taken (the request says it when it asks again)
     publication: dict[str, Any] | None  # Publication

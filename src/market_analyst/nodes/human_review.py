@@ -1,64 +1,249 @@
 """human_review: the approval gate. It asks a person for a decision with LangGraph's `interrupt()`,
-and accepts only a decision the rule allows on exactly the draft it asks about.
+and accepts only a decision the rule allows, made by the caller its door identified, on exactly the
+draft it asks about; what it accepts it seals (`decisions.DecisionSeal`), and only a sealed decision
+moves the thread on.
 
-The node re-runs from its start when the run resumes, so it does nothing but ask and check: the
-decision is applied (and audited) by `record_decision`, the next node. A decision the rule refuses
-fails inside `interrupt()` as an invalid resume value, so LangGraph saves nothing and the same
-question stays open.
+Who decided and when come from the door, never from the answer: a decision from one of the
+application's own doors (the CLI, the web inbox, its API) arrives sealed by that door, and one sent
+to LangGraph's server is made in the name of the server's authenticated caller
+(`config["configurable"]["langgraph_auth_user"]`), at this process's clock. An answer the gate does
+not take (malformed, not entitled, not on this draft, stale, unauthenticated) is asked again: the gate
+leaves no decision and the reason, `record_decision` sends the run straight back, and the gate
+interrupts with the reason, so the thread stays waiting and listed, and nothing is recorded.
+
+The node re-runs from its start when the run resumes, so it only asks, checks and seals: the decision
+is applied (and audited) by `record_decision`, the next node.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
+from pydantic import ValidationError
 
 from market_analyst.decisions import (
     ACTIONS,
     ApprovalSoFar,
+    ClientDecision,
     Decision,
     DecisionPolicy,
+    DecisionRefused,
     DecisionRequest,
-    checking,
-    content_hash,
+    DecisionSeal,
+    first_error,
+    inbox_fields,
+    refusal,
 )
+from market_analyst.decisions import content_hash as hash_of
+from market_analyst.errors import UserError
+from market_analyst.formatting import describe_age
 from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
-
-def decision_request(state: AnalystState, thread_id: str, policy: DecisionPolicy) -> DecisionRequest:
-    """What the gate asks about the state's draft: the same request in every process that reads it."""
-    draft = state["draft"]
-    approvals = [
-        ApprovalSoFar.model_validate({k: a[k] for k in ("by", "at", "verified", "door")})
-        for a in state.get("approvals") or []
-        if a.get("draft_id") == draft["draft_id"]
+GATE = "human_review"
+# How a client of LangGraph's server reads the current draft again (refusals name no CLI command there).
+SERVER_REREAD = "read the thread's current interrupt"
+# The answer LangGraph's server and Studio offer a form for: a decision, or Agent Inbox's HumanResponse.
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "title": "Decision",
+    "anyOf": [
+        ClientDecision.model_json_schema(),
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"type": {"enum": ["accept", "response"]}, "args": {}},
+                "required": ["type"],
+            },
+        },
     ]
+}
+
+
+def sealed_approvals(state: AnalystState, thread_id: str, seal: DecisionSeal) -> list[Decision]:
+    """The approvals of the state's current draft (its ID and its exact text) that carry a valid
+    seal for this thread, one per approver, in order: what counts towards the quorum. Anything else
+    in the state's `approvals` (written there by hand, copied from another thread, made on other
+    text, or recorded before decisions were sealed) counts for nothing."""
+    draft = state["draft"]
+    digest = hash_of(draft["markdown"])
+    found: dict[str, Decision] = {}
+    for raw in state.get("approvals") or []:
+        decision = seal.sealed(thread_id, raw)
+        if (
+            decision is not None
+            and decision.action == "approve"
+            and decision.draft_id == draft["draft_id"]
+            and decision.content_hash == digest
+        ):
+            found.setdefault(decision.by, decision)
+    return list(found.values())
+
+
+def decision_request(
+    state: AnalystState,
+    thread_id: str,
+    policy: DecisionPolicy,
+    seal: DecisionSeal | None = None,
+    refused: str | None = None,
+) -> DecisionRequest:
+    """What the gate asks about the state's draft: the same request in every process that reads it.
+    With a `seal`, the approvals listed are the sealed ones of this exact text (those that count)."""
+    draft = state["draft"]
+    digest = hash_of(draft["markdown"])
+    if seal is not None:
+        approvals = [
+            ApprovalSoFar(by=a.by, at=a.at or "", verified=a.verified, door=a.door)
+            for a in sealed_approvals(state, thread_id, seal)
+        ]
+    else:  # a thread paused by an earlier version's static gate, described before it enters this one
+        approvals = [
+            ApprovalSoFar.model_validate({k: a[k] for k in ("by", "at", "verified", "door")})
+            for a in state.get("approvals") or []
+            if a.get("draft_id") == draft["draft_id"]
+        ]
     return DecisionRequest(
         thread_id=thread_id,
         ticker=draft["ticker"],
         draft_id=draft["draft_id"],
         revision=int(draft["revision"]),
-        content_hash=content_hash(draft["markdown"]),
+        content_hash=digest,
         headline=draft["headline"],
         requested_by=state.get("user_id"),
         allowed_actions=list(ACTIONS),
         approvals=approvals,
         approvals_needed=policy.required_approvals,
         drafted_at=state.get("drafted_at"),
+        refused=refused,
+        **inbox_fields(draft["draft_id"], digest, draft["headline"], draft["markdown"]),
     )
 
 
+def server_caller(config: RunnableConfig) -> str | None:
+    """The caller LangGraph's server authenticated for this run (its auth handler's identity), or None
+    when the run has none (no server, or a server without auth)."""
+    user = (config.get("configurable") or {}).get("langgraph_auth_user")
+    if user is None:
+        return None
+    identity = user.get("identity") if isinstance(user, Mapping) else getattr(user, "identity", None)
+    return identity if isinstance(identity, str) and identity else None
+
+
+def _client_answer(raw: Any, request: DecisionRequest) -> ClientDecision:
+    """A client's answer as a decision: the project's own shape, or Agent Inbox's `HumanResponse`
+    list (`accept` approves the draft shown, `response` revises with its text)."""
+    if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], Mapping) and "type" in raw[0]:
+        raw = raw[0]
+    if isinstance(raw, Mapping) and "type" in raw and "action" not in raw:
+        kind, args = raw.get("type"), raw.get("args")
+        if kind == "accept":
+            shown = (args.get("args") if isinstance(args, Mapping) else None) or {}
+            return ClientDecision(
+                action="approve",
+                draft_id=str(shown.get("draft_id") or request.draft_id),
+                content_hash=str(shown.get("content_hash") or request.content_hash),
+                note="",
+            )
+        if kind == "response":
+            if not isinstance(args, str) or not args.strip():
+                raise UserError("a response needs its text: the feedback the analyst revises the draft with")
+            return ClientDecision(
+                action="revise", draft_id=request.draft_id, content_hash=request.content_hash, note=args
+            )
+        raise UserError(
+            f"this gate does not take {kind!r}: 'accept' approves the draft, 'response' revises it with "
+            "your feedback; to reject it, answer with an action 'reject' and a reason"
+        )
+    if not isinstance(raw, Mapping):
+        raise UserError("the answer is not a decision: send an object with action and draft_id")
+    if "seal" in raw:
+        raise DecisionRefused(403, "the decision's seal is not valid for this thread: decide again")
+    try:
+        return ClientDecision.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise UserError(first_error(exc)) from None
+
+
+def accepted(
+    raw: Any,
+    request: DecisionRequest,
+    deps: Deps,
+    config: RunnableConfig,
+    drafted_at: str | None,
+) -> Decision:
+    """The sealed decision the gate takes from the answer `raw`, or the refusal that says why not."""
+    thread_id = request.thread_id
+    now = deps.now()
+    decision = deps.seal.sealed(thread_id, raw)
+    reread = None
+    if decision is None:  # not from one of the application's doors: LangGraph's server's caller
+        caller = server_caller(config)
+        answer = _client_answer(raw, request)
+        if caller is None:
+            raise DecisionRefused(
+                401,
+                "no authenticated caller: a decision through LangGraph's server needs a token "
+                "(Authorization: Bearer ..., from 'market-analyst approvers add')",
+            )
+        if answer.by is not None and answer.by != caller:
+            raise DecisionRefused(403, f"the decision names {answer.by!r}, but {caller!r} is signed in")
+        decision = Decision(
+            action=answer.action,
+            draft_id=answer.draft_id,
+            content_hash=answer.content_hash,
+            by=caller,
+            note=answer.note,
+            options=answer.options,
+            at=now.isoformat(timespec="seconds"),
+            verified=True,
+            door="langgraph",
+        )
+        reread = SERVER_REREAD
+    found = refusal(deps.policy, request, decision, reread=reread)
+    if found is not None:
+        raise found
+    if decision.action == "reject" and not decision.note:
+        raise DecisionRefused(422, "a rejection needs a reason: say in the note why it should not publish")
+    if decision.action == "approve" and not decision.allow_stale:
+        _refuse_stale(deps.policy, drafted_at, now, reread)
+    if decision.content_hash is None or decision.seal is None:
+        bound = decision.model_copy(update={"content_hash": request.content_hash, "seal": None})
+        decision = deps.seal.seal(thread_id, bound)
+    return decision
+
+
+def _refuse_stale(policy: DecisionPolicy, drafted_at: str | None, now: datetime, reread: str | None) -> None:
+    if policy.max_draft_age is None:
+        return
+    again = "revise it" if reread else "revise it, or approve it at the command line with --allow-stale"
+    if not drafted_at:
+        raise DecisionRefused(
+            409, f"the draft's age is not recorded, so it cannot be checked against MA_MAX_DRAFT_AGE: {again}"
+        )
+    made = datetime.fromisoformat(drafted_at)
+    age = (now - made).total_seconds() if made.tzinfo else None
+    if age is not None and age > policy.max_draft_age:
+        raise DecisionRefused(
+            409,
+            f"the draft was made {describe_age(age)} ago, longer than MA_MAX_DRAFT_AGE "
+            f"({describe_age(policy.max_draft_age)}) allows: {again}",
+        )
+
+
 def human_review(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """Interrupt with the decision request; on resume, the decision the rule accepted."""
+    """Interrupt with the decision request; on resume, the sealed decision, or none and the reason the
+    answer was not taken (then `record_decision` sends the run back to ask again)."""
     deps = runtime.context
-    request = decision_request(state, str(config["configurable"]["thread_id"]), deps.policy)
-
-    def now() -> str:
-        return deps.now().isoformat(timespec="seconds")
-
-    with checking(deps.policy, request, deps.identity, now):
-        decision: Decision = interrupt(request.model_dump(mode="json"), response_schema=Decision)
-    return {"decision": decision.model_dump(mode="json")}
+    thread_id = str(config["configurable"]["thread_id"])
+    request = decision_request(state, thread_id, deps.policy, deps.seal, refused=state.get("refused"))
+    raw = interrupt(request.model_dump(mode="json"), response_schema=RESPONSE_SCHEMA)
+    try:
+        decision = accepted(raw, request, deps, config, state.get("drafted_at"))
+    except UserError as exc:  # `record_decision` finds no decision and sends the run back here
+        return {"decision": None, "refused": str(exc)}
+    return {"decision": decision.model_dump(mode="json"), "refused": None}

@@ -1,5 +1,10 @@
-"""publish: write the approved draft to the archive, exactly once, and only with an approval; then
-remember what the report concluded, as one memory of the user it was for.
+"""publish: write the approved draft to the archive, exactly once, and only with a proof of its
+approval; then remember what the report concluded, as one memory of the user it was for.
+
+The proof is not the state's `approval`, which anyone who can write the state could set: it is the
+state's sealed approvals (`decisions.DecisionSeal`) of this thread's current draft, its ID and its
+exact text, by distinct approvers the rule still allows (the allow-list, their role, separation of
+duties), as many as the quorum needs. Without it nothing is written.
 
 The memory is written after the archive write and named by the archive key, so a kill between the
 two re-runs `publish`, which finds its document and writes the same memory: a report is remembered
@@ -13,15 +18,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from market_analyst.decisions import content_hash
-from market_analyst.errors import UserError
+from market_analyst.decisions import DecisionRequest, approvals_text, content_hash, refusal
 from market_analyst.formatting import pct, price, signed_pct
+from market_analyst.nodes.human_review import decision_request, sealed_approvals
 from market_analyst.ports import AuditEvent, Deps, PublishRequest
 from market_analyst.state import AnalystState, Approval, Draft, Memory, memory_id, memory_text
-
-
-class PublishRefused(UserError):
-    """`publish` was reached without an approval of the draft in the state."""
 
 
 def operation_id_for(thread_id: str, draft_id: str) -> str:
@@ -29,29 +30,54 @@ def operation_id_for(thread_id: str, draft_id: str) -> str:
     return f"{thread_id}:{draft_id}"
 
 
+def proven_approval(state: AnalystState, thread_id: str, deps: Deps) -> Approval | str:
+    """The approval the state's sealed approvals prove for its current draft (the last one that
+    counted, naming everyone who counted), or why they prove none."""
+    draft = Draft.model_validate(state["draft"])
+    request: DecisionRequest = decision_request(state, thread_id, deps.policy).model_copy(
+        update={"approvals": []}
+    )
+    sealed = sealed_approvals(state, thread_id, deps.seal)
+    counted = [a for a in sealed if refusal(deps.policy, request, a) is None]
+    needed = deps.policy.required_approvals
+    if not counted or len(counted) < needed:
+        return (
+            f"publish refused: draft {draft.draft_id} has {approvals_text(len(counted), needed)} made at the "
+            "gate on its current text; it waits for a decision"
+        )
+    last = counted[-1]
+    return Approval(
+        decision="approved",
+        by=last.by,
+        at=last.at or "",
+        note=last.note,
+        draft_id=draft.draft_id,
+        content_hash=content_hash(draft.markdown),
+        verified=last.verified,
+        door=last.door,
+        approvers=[a.by for a in counted],
+    )
+
+
 def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """Refuses unless the state records an approval of exactly this draft; a rejection publishes nothing.
+    """Archives the draft the sealed approvals prove; a rejection publishes nothing, and so does a run
+    that reached here without a proof.
 
     Everything the archive writes comes from the state, so a publish re-run after a crash writes (or
     finds) the very same document."""
     raw = state.get("approval")
-    if not raw:
-        raise PublishRefused("publish refused: no decision is recorded for this draft")
-    approval = Approval.model_validate(raw)
-    if approval.decision == "rejected":
+    if raw and raw.get("decision") == "rejected":
         return {"publication": None}
     draft = Draft.model_validate(state["draft"])
     draft_id = draft.draft_id
-    if approval.draft_id != draft_id:
-        raise PublishRefused(
-            f"publish refused: the approval is for draft {approval.draft_id}, "
-            f"the state holds draft {draft_id}"
-        )
-    if approval.content_hash is not None and approval.content_hash != content_hash(draft.markdown):
-        raise PublishRefused(
-            f"publish refused: draft {draft_id} is not the text that was approved (its content hash differs)"
-        )
     thread_id = str(config["configurable"]["thread_id"])
+    approval = proven_approval(state, thread_id, runtime.context)
+    if isinstance(approval, str):
+        # Nothing is written and this branch ends. The run that reached here without a proof was routed
+        # past the gate (a `Command(goto="publish")`, or a state written as if `record_decision` had
+        # run): where the gate still waits, beside this branch, it goes on waiting for a decision; and
+        # writing here what the gate writes would collide with its answer, or ask it twice at once.
+        return {}
     operation_id = operation_id_for(thread_id, draft_id)
     request = PublishRequest(
         operation_id=operation_id,

@@ -1,8 +1,13 @@
-"""record_decision: apply the decision the gate accepted, append it to the audit log, and go where
-it leads: back to the gate while approvals are short of the quorum, to `publish` once enough
+"""record_decision: apply the decision the gate accepted and sealed, append it to the audit log, and
+go where it leads: back to the gate while approvals are short of the quorum, to `publish` once enough
 distinct approvers approved this draft, to `analyze` for a revise, to the end for a rejection.
 
 Its audit entry is named by the decision itself, so a re-run after a crash appends nothing twice.
+
+It trusts nothing it reads from the state: the decision must carry the gate's seal for this thread
+and name the current draft and its exact text, and the rule is applied to it again (an approver
+removed or demoted in the meantime decides nothing). A decision that fails any of this was written
+into the state by hand: nothing is recorded, and the gate asks again.
 
 It also writes the decision's text (the revise feedback, the rejection reason, the approval note) as
 a memory of the person the analysis was for. The order is what makes that safe: the decision this
@@ -27,7 +32,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from market_analyst.decisions import Decision, content_hash
+from market_analyst.decisions import Decision, content_hash, refusal
+from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals
 from market_analyst.ports import AuditEvent, Deps
 from market_analyst.state import AnalystState, Approval, Memory, MemoryKind, memory_id, memory_text
 
@@ -71,13 +77,22 @@ def decision_event_id(thread_id: str, decision: Decision) -> str:
 
 
 def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> Command[Any]:
-    """Record the accepted decision in the state, the audit log and the owner's memories, and route
-    the run."""
+    """Record the sealed decision in the state, the audit log and the owner's memories, and route
+    the run; a decision without the gate's seal goes back to the gate, recording nothing."""
     deps = runtime.context
     thread_id = str(config["configurable"]["thread_id"])
-    decision = Decision.model_validate(state["decision"])
     draft = state["draft"]
     digest = content_hash(draft["markdown"])
+    raw = state.get("decision")
+    if raw is None:  # the gate did not take the answer: ask again, with the reason it recorded
+        return Command(goto=GATE, update={})
+    decision = deps.seal.sealed(thread_id, raw)
+    why = _unproven(decision, draft["draft_id"], digest)
+    if why is None and decision is not None:
+        found = refusal(deps.policy, decision_request(state, thread_id, deps.policy, deps.seal), decision)
+        why = None if found is None else str(found)
+    if why is not None or decision is None:
+        return Command(goto=GATE, update={"decision": None, "refused": why})
     deps.audit.append(
         AuditEvent(
             event_id=decision_event_id(thread_id, decision),
@@ -112,16 +127,25 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
     )
     if decision.action == "reject":
         return Command(goto=END, update=update | {"approval": record.model_dump(mode="json")})
-    approvals = [
-        *(a for a in state.get("approvals") or [] if a.get("draft_id") == decision.draft_id),
-        record.model_dump(mode="json", include={"by", "at", "verified", "door", "note", "draft_id"}),
-    ]
-    update["approvals"] = approvals
-    approvers = list(dict.fromkeys(a["by"] for a in approvals))
+    counted = [*sealed_approvals(state, thread_id, deps.seal), decision]
+    update["approvals"] = [a.model_dump(mode="json") for a in counted]
+    approvers = list(dict.fromkeys(a.by for a in counted))
     if len(approvers) < deps.policy.required_approvals:
-        return Command(goto="human_review", update=update)
+        return Command(goto=GATE, update=update)
     final = record.model_copy(update={"approvers": approvers})
     return Command(goto="publish", update=update | {"approval": final.model_dump(mode="json")})
+
+
+def _unproven(decision: Decision | None, draft_id: str, digest: str) -> str | None:
+    """Why the state's decision proves nothing about the current draft, or None."""
+    if decision is None:
+        return (
+            "the decision in the thread's state was not made at this gate (it carries no valid seal for "
+            "this thread); decide again"
+        )
+    if decision.draft_id != draft_id or decision.content_hash != digest:
+        return "the decision in the thread's state was made on other text than the draft; decide again"
+    return None
 
 
 def _revision(state: AnalystState, decision: Decision) -> dict[str, Any]:

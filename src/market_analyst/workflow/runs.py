@@ -179,11 +179,19 @@ def decide(
         )
         if action == "approve" and not allow_stale:
             _refuse_stale(settings, before)
+        # Sealed by this door: the gate takes who decided and when from the seal, so a `resume` after
+        # a crash applies the same decision in the same name.
+        sealed = deps.seal.seal(thread_id, decision.model_copy(update={"allow_stale": allow_stale}))
         # A decision is saved at once whatever MA_DURABILITY says: once a command has said a decision
         # was made, no crash may ask for it again (a revise's new analysis runs in this mode too).
         after = advance(
-            run, Command(resume=decision.model_dump(mode="json")), thread_id, progress, durability="sync"
+            run, Command(resume=sealed.model_dump(mode="json")), thread_id, progress, durability="sync"
         )
+        refused = (after.request or {}).get("refused") if after.status == "awaiting_approval" else None
+        if refused and after.request and after.request.get("draft_id") == request.draft_id and not any(
+            a.get("by") == identity.name for a in after.request.get("approvals") or []
+        ):
+            raise DecisionRefused(409, refused)
     return before, after
 
 
