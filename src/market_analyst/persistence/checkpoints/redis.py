@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.redis import RedisSaver
+from langgraph.checkpoint.redis.base import BaseRedisSaver
 from langgraph.checkpoint.redis.shallow import ShallowRedisSaver
+from langgraph.checkpoint.redis.util import to_storage_safe_str
 from redis import exceptions as redis_errors
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
@@ -124,7 +126,35 @@ class FencedRedisSaver(_FencedWrites, RedisSaver):
 
 
 class FencedShallowRedisSaver(_FencedWrites, ShallowRedisSaver):
-    """`ShallowRedisSaver` (latest checkpoint only) that refuses to write for a lost lease."""
+    """`ShallowRedisSaver` (latest checkpoint only) that refuses to write for a lost lease, and reads
+    only the latest checkpoint's own pending writes."""
+
+    def _load_pending_writes(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> list[Any]:
+        """The pending writes stored for `checkpoint_id`, as upstream reads them, less the others.
+
+        Upstream keeps one write registry per thread and namespace and, since it stopped deleting
+        writes when the next checkpoint is saved (langgraph-redis PR #134, for issue #133), returns the
+        writes of every earlier checkpoint as the latest one's. A decision given at one gate then read
+        as the answer to the next: after one `revise` the thread never stopped at the gate again, and
+        `resume` applied the old decision to the new draft and failed. PostgreSQL and the full saver
+        read a checkpoint's writes by its ID; so does this. LangGraph's conformance suite checks it
+        (`test_put_writes_cleared_on_next_checkpoint`, tests/test_checkpoint_conformance.py)."""
+        if checkpoint_id is None:
+            return []
+        registry = f"write_registry:{thread_id}:{to_storage_safe_str(checkpoint_ns)}:shallow"
+        keys = self._redis.zrange(registry, 0, -1)
+        if not keys:
+            return []
+        with self._redis.pipeline(transaction=False) as pipeline:
+            for key in keys:
+                pipeline.json().get(key.decode() if isinstance(key, bytes) else str(key))
+            documents = pipeline.execute()
+        writes = {
+            (document.get("task_id", ""), document.get("idx", 0)): document
+            for document in documents
+            if isinstance(document, dict) and document.get("checkpoint_id") == checkpoint_id
+        }
+        return BaseRedisSaver._load_writes(self.serde, writes)
 
 
 @dataclass
