@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from pydantic import ValidationError
 
 from market_analyst.graph import build_graph
 from market_analyst.state import AnalystState
@@ -126,7 +125,8 @@ def test_a_server_run_asks_with_a_typed_request_and_a_resume_publishes_through_t
     assert not (tmp_path / "data" / "audit" / "audit.jsonl").exists()
 
     # The authenticated approver's decision is recorded in their name, verified, through this door.
-    state = resume("bob", {"action": "approve", "draft_id": draft["draft_id"], "note": "checked in Studio"}).values
+    approve = {"action": "approve", "draft_id": draft["draft_id"], "note": "checked in Studio"}
+    state = resume("bob", approve).values
     assert state["approval"]["by"] == "bob" and state["approval"]["verified"] is True
     assert state["approval"]["door"] == "langgraph"
     document = json.loads((tmp_path / "data" / "reports" / f"{state['publication']['key']}.json").read_text())

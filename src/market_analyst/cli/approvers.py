@@ -12,13 +12,18 @@ from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
 app = typer.Typer(help="Manage who may sign in to the web inbox.", no_args_is_help=True)
 
 
-ROLE_HELP = "approver (may approve, reject and revise) or reviewer (may only revise)."
+ROLE_HELP = (
+    "requester (asks for analyses for themself, on LangGraph's server), reviewer (may only revise), "
+    "approver (may approve, reject and revise) or operator (repairs threads on LangGraph's server: "
+    "state writes, copies, deletes; decides nothing)."
+)
+RoleName = Literal["requester", "reviewer", "approver", "operator"]
 
 
 @app.command("add")
 def add(
     name: str = typer.Argument(..., help="The approver's name, recorded with each decision."),
-    role: Literal["approver", "reviewer"] = typer.Option("approver", "--role", help=ROLE_HELP),
+    role: RoleName = typer.Option("approver", "--role", help=ROLE_HELP),
 ) -> None:
     """Make an approver and print their sign-in token (shown only this once)."""
     from market_analyst.workflow.approvers import add_approver
@@ -34,7 +39,7 @@ def add(
 @app.command("role")
 def role(
     name: str = typer.Argument(..., help="The approver whose role changes."),
-    new_role: Literal["approver", "reviewer"] = typer.Argument(..., metavar="ROLE", help=ROLE_HELP),
+    new_role: RoleName = typer.Argument(..., metavar="ROLE", help=ROLE_HELP),
 ) -> None:
     """Change an approver's role; it counts from their next decision, in every process."""
     from market_analyst.workflow.approvers import set_role

@@ -1,0 +1,120 @@
+"""Who may do what through LangGraph's own server (`langgraph dev`, `langgraph up`): the rules behind
+`graphs/auth.py`, the `langgraph_sdk.Auth` handler that `langgraph.json` names.
+
+A caller is whoever's token (`Authorization: Bearer <token>`, from `market-analyst approvers add`)
+the approvers store recognises, the same store and tokens as the web inbox; the role is read from
+that store on every request. What each role may do on the server:
+
+- requester: start analyses for themself, and see, search and run only their own threads;
+- reviewer, approver: also read every thread and answer the gate (the gate itself decides whether
+  their role may revise, approve or reject);
+- operator: also write a thread's state, send `Command(goto=..., update=...)`, copy and delete
+  threads, start runs for another user, and change assistants and crons: the repairs. None of it can
+  make a report publish (`nodes/publish.py` publishes only what sealed approvals prove).
+
+LangGraph's store API is closed to everyone: the project keeps profiles and memories in its own stores.
+Nothing here imports `langgraph_sdk`, so the rules are tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from market_analyst.decisions import ROLES
+from market_analyst.deps import open_approvers
+from market_analyst.settings import Settings
+
+# The answer of a rule: True (allowed), False (403), or a metadata filter the server applies.
+Verdict = bool | dict[str, Any]
+OPERATOR = "operator"
+REQUESTER = "requester"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller of the server: their name and role."""
+
+    identity: str
+    role: str
+
+    def to_user(self) -> dict[str, Any]:
+        """What the auth handler returns for the server (and, through it, the graph) to know them by."""
+        return {
+            "identity": self.identity,
+            "display_name": self.identity,
+            "role": self.role,
+            "permissions": [self.role],
+            "is_authenticated": True,
+        }
+
+
+def caller_of(settings: Settings, authorization: str | None) -> Caller | None:
+    """The caller a request's `Authorization` header names, or None (no header, not a bearer token,
+    or a token the approvers store does not know)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    approver = open_approvers(settings).authenticate(token.strip())
+    if approver is None or approver.role not in ROLES:
+        return None
+    return Caller(approver.name, approver.role)
+
+
+def caller_from(user: Any) -> Caller:
+    """The `Caller` of a server's auth context user (what `Caller.to_user` made)."""
+    getter = user.get if isinstance(user, Mapping) else lambda key, default=None: getattr(user, key, default)
+    return Caller(str(getter("identity", "") or ""), str(getter("role", "") or ""))
+
+
+def _own(caller: Caller) -> dict[str, Any]:
+    return {"owner": caller.identity}
+
+
+def on_thread_create(caller: Caller, value: dict[str, Any]) -> Verdict:
+    """A new thread is owned by its caller. A copy (which arrives with no metadata of its own and
+    keeps the original's) is an operator's repair."""
+    if "metadata" not in value and caller.role != OPERATOR:
+        return False
+    metadata = value.get("metadata")
+    if not isinstance(metadata, dict):  # changed in place: the server goes on with the same dict
+        metadata = value["metadata"] = {}
+    metadata["owner"] = caller.identity
+    if caller.role != OPERATOR or "user_id" not in metadata:
+        metadata["user_id"] = caller.identity
+    return True
+
+
+def on_thread_read(caller: Caller, value: dict[str, Any]) -> Verdict:
+    """Requesters read and search their own threads; the others read every thread (they review)."""
+    return _own(caller) if caller.role == REQUESTER else True
+
+
+def operators_only(caller: Caller, value: dict[str, Any]) -> Verdict:
+    """State writes, metadata patches, deletes, assistants' changes, crons: repairs."""
+    return caller.role == OPERATOR
+
+
+def on_run(caller: Caller, value: dict[str, Any]) -> Verdict:
+    """A run: a requester's only on their own threads and for themself; a command that routes the
+    graph (`goto`) or writes its state (`update`) is an operator's; an input's `user_id` is the
+    caller's unless an operator starts the run."""
+    kwargs = value.get("kwargs") or {}
+    command = kwargs.get("command") or {}
+    if isinstance(command, Mapping) and (command.get("goto") or command.get("update")):
+        if caller.role != OPERATOR:
+            return False
+    run_input = kwargs.get("input")
+    if isinstance(run_input, dict) and caller.role != OPERATOR:
+        named = run_input.get("user_id")
+        if named not in (None, "", caller.identity):
+            return False
+        if "ticker" in run_input:
+            run_input["user_id"] = caller.identity
+    metadata = value.get("metadata")
+    if isinstance(metadata, dict):  # a thread this run creates (if_not_exists="create") is the caller's
+        metadata["owner"] = caller.identity
+    return _own(caller) if caller.role == REQUESTER else True
