@@ -54,12 +54,16 @@ STATE_KEYS: dict[int, frozenset[str]] = {
 STATE_KEYS[2] = STATE_KEYS[1] | {"schema_version", "approvals", "decision"}
 # Schema 3: the memories `recall` found for the run.
 STATE_KEYS[3] = STATE_KEYS[2] | {"recalled"}
+# Schema 4: why the gate's last answer was not taken (it asks again instead of failing the run); the
+# approvals and the decision are sealed by the gate.
+STATE_KEYS[4] = STATE_KEYS[3] | {"refused"}
 
 # The released versions whose threads carry each schema, for messages an operator reads.
 WRITTEN_BY: dict[int, str] = {
     1: "market-analyst 0.1.0 or earlier",
     2: "a version of market-analyst after 0.1.0",
     3: "a version of market-analyst that recalls memories",
+    4: "a version of market-analyst that seals decisions",
 }
 
 
@@ -90,9 +94,18 @@ def _schema_2_to_3(values: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": 3}
 
 
+def _schema_3_to_4(values: dict[str, Any]) -> dict[str, Any]:
+    """Schema 4 adds `refused` and removes nothing: a thread of schema 3 was refused nothing at its
+    gate (a refusal failed the run there), which is what an absent `refused` says. Its approvals so
+    far were recorded before decisions were sealed, so they no longer count: a thread waiting for
+    a quorum is asked for those approvals again."""
+    return {"schema_version": 4}
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(source=1, apply=_schema_1_to_2),
     2: Migration(source=2, apply=_schema_2_to_3),
+    3: Migration(source=3, apply=_schema_3_to_4),
 }
 
 
