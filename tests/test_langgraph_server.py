@@ -19,7 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from market_analyst.graph import build_graph
-from market_analyst.state import AnalystState
+from market_analyst.state import SCHEMA_VERSION, AnalystState
 from tests.support import REPO
 from tests.support.chat_server import ChatServer
 from tests.support.cli import clean_environ
@@ -29,13 +29,23 @@ SERVER_CONTEXT = {"thread_id": "studio-1", "graph_id": "analyst", "langgraph_aut
 CONFIG = {"configurable": {"thread_id": "studio-1"}}
 
 
-def test_the_input_schema_names_the_state_fields():
-    graph = build_graph()
+def test_the_input_schema_offers_the_ticker_and_the_question_only_on_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # The command line's graph takes the whole state (it starts threads with their schema and time).
+    assert set(build_graph().get_input_jsonschema()["properties"]) == set(typing.get_type_hints(AnalystState))
+    graph = _server_graph(tmp_path, monkeypatch, {})
     schema = graph.get_input_jsonschema()
-    assert set(schema["properties"]) == set(typing.get_type_hints(AnalystState))
-    assert schema["properties"]["ticker"]["type"] == "string"
+    assert set(schema["properties"]) == {"ticker", "question", "user_id"}
+    assert schema["required"] == ["ticker"] and schema["properties"]["ticker"]["type"] == "string"
     # The server builds this for /assistants/{id}/schemas (Studio): a schema of live clients broke it.
     assert graph.get_context_jsonschema() is None
+    # What else an input says is not the caller's to set: dropped, and the gate still stands.
+    claimed = {"approval": {"decision": "approved"}, "publication": {"key": "x"}}
+    graph.invoke({"ticker": "NVDA", "user_id": "ann", **claimed}, CONFIG, context=dict(SERVER_CONTEXT))
+    state = graph.get_state(CONFIG)
+    assert state.next == ("human_review",) and state.values.get("publication") is None
+    assert state.values["schema_version"] == SCHEMA_VERSION and state.values["started_at"]
 
 
 def test_langgraph_api_files_are_ignored():

@@ -93,13 +93,16 @@ def build_graph(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     default_deps: Deps | None = None,
     wrap_node: NodeWrapper | None = None,
+    input_schema: type[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile `load_profile → recall → fetch_market_data → analyze → draft_report → human_review →
-    record_decision → publish`; `human_review` interrupts the run until a person decides."""
+    record_decision → publish`; `human_review` interrupts the run until a person decides.
+    `input_schema` narrows what a run's input may set (LangGraph's server: `state.ServerInput`);
+    the command line starts threads with the whole state's keys."""
     # No `context_schema`: Deps holds live clients, which no caller can send as JSON and which have no
     # JSON Schema; declared, it made a LangGraph server build Deps from its dict context (a TypeError
     # before any node ran) and fail its /assistants/{id}/schemas endpoint, which Studio reads.
-    builder = StateGraph(AnalystState)
+    builder = StateGraph(AnalystState, input_schema=input_schema)
     wrappers = [*_PROCESS_WRAPPERS, *([wrap_node] if wrap_node else [])]
     for name in NODES:
         node = _FUNCTIONS[name]

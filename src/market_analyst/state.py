@@ -10,7 +10,7 @@ import re
 import unicodedata
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Required
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -312,3 +312,13 @@ class AnalystState(TypedDict, total=False):
     decision: dict[str, Any] | None  # the sealed decisions.Decision the gate accepted, until record_decision
     refused: str | None  # why the gate's last answer was not taken (the request says it when it asks again)
     publication: dict[str, Any] | None  # Publication
+
+
+class ServerInput(TypedDict, total=False):
+    """What a run on LangGraph's server (and Studio's form) may start a thread with: the ticker and
+    the question; `user_id` only an operator may set (for everyone else the server's auth handler
+    makes it the caller). The rest of the state is the graph's to write, never the caller's."""
+
+    ticker: Required[str]
+    question: str
+    user_id: str
