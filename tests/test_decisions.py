@@ -301,3 +301,24 @@ def test_the_thread_page_shows_the_request_and_its_audit_entries(cli: Cli, serve
     assert re.search(r'id="may-approve">Approve: you may<', page)
     audit = page[page.index('id="audit"') :]
     assert "revised" in audit and "rev" in audit and "unverified" in audit and "name the data source" in audit
+
+
+def test_a_seal_holds_for_its_thread_and_its_exact_decision_only():
+    from market_analyst.decisions import Decision, DecisionSeal, seal_key
+
+    seal = DecisionSeal(lambda: seal_key("records-secret"))
+    decision = Decision(
+        action="approve", draft_id="d" * 24, content_hash="c" * 64, by="bob", at="2026-01-01T00:00:00+00:00"
+    )
+    sealed = seal.seal("t-1", decision).model_dump(mode="json")
+    assert seal.sealed("t-1", sealed) == Decision.model_validate(sealed)
+    assert seal.sealed("t-2", sealed) is None  # a copy into another thread
+    for field, value in (("by", "ceo"), ("content_hash", "f" * 64), ("at", "1999-01-01T00:00:00"),
+                         ("verified", True), ("door", "web"), ("allow_stale", True), ("note", "x")):
+        assert seal.sealed("t-1", sealed | {field: value}) is None, field
+    assert seal.sealed("t-1", sealed | {"seal": None}) is None
+    assert seal.sealed("t-1", {k: v for k, v in sealed.items() if k != "seal"}) is None
+    assert seal.sealed("t-1", sealed | {"extra": 1}) is None  # malformed: not a decision at all
+    assert seal.sealed("t-1", "approve") is None
+    other = DecisionSeal(lambda: seal_key("another-records-store"))
+    assert other.sealed("t-1", sealed) is None

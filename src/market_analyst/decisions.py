@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -262,12 +263,22 @@ def approvals_text(count: int, needed: int) -> str:
 
 class DecisionSeal:
     """Seals decisions the gate accepts, and checks seals: an HMAC-SHA256 over the thread ID and every
-    field of the decision, keyed by a secret of the records store (`key`, read at each use, so a
-    changed secret counts in every process at once). A state writer can copy a seal, never make one;
-    a copied seal is valid only for the very decision, thread and text it was made for."""
+    field of the decision, keyed by a secret of the records store (`key`, read again after
+    `KEY_SECONDS`, so a long-running server sees a changed secret within that time). A state writer
+    can copy a seal, never make one; a copied seal is valid only for the very decision, thread and
+    text it was made for."""
+
+    KEY_SECONDS = 30.0
 
     def __init__(self, key: Callable[[], bytes]) -> None:
-        self._key = key
+        self._read_key = key
+        self._cached: tuple[float, bytes] | None = None
+
+    def _key(self) -> bytes:
+        now = time.monotonic()
+        if self._cached is None or now - self._cached[0] > self.KEY_SECONDS:
+            self._cached = (now, self._read_key())
+        return self._cached[1]
 
     @staticmethod
     def _message(thread_id: str, decision: Decision) -> bytes:
