@@ -222,6 +222,13 @@ def test_a_fork_or_a_copy_of_a_published_thread_publishes_nothing_more(server: D
     )
     olga.runs.wait(thread, "analyst", input=None)
     assert len(server.reports_of(thread)) == 1
+    # A fork by a run from that checkpoint is an operator's too: its gate would replay the answer
+    # saved there in the new caller's name.
+    for who in ("ann", "bob"):
+        fork = server.client(who).runs.wait
+        assert status_of(
+            lambda f=fork: f(thread, "analyst", input=None, checkpoint_id=before_publish["checkpoint_id"])
+        ) in (403, 404)
     # A copy to a new thread, sent to publish: its approvals were sealed for the old thread.
     for who in ("ann", "bob"):
         assert status_of(lambda w=who: server.client(w).threads.copy(thread)) in (403, 409)

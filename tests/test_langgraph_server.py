@@ -171,3 +171,35 @@ def test_a_server_run_of_the_llm_analyst_gives_its_tools_the_data(tmp_path: Path
         [result] = [m for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
     assert json.loads(result["content"])["return_pct"] == -6.3594  # the tool read the bundled prices
     assert graph.get_state(CONFIG).values["draft"]["analyst"]["kind"] == "llm"
+
+
+def test_an_approval_binds_the_whole_draft_and_a_bad_answer_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    graph = _server_graph(tmp_path, monkeypatch, {"MA_REQUIRED_APPROVALS": "2"})
+    graph.invoke({"ticker": "NVDA", "user_id": "ann"}, CONFIG, context=dict(SERVER_CONTEXT))
+    draft = graph.get_state(CONFIG).values["draft"]
+
+    def resume(user: str, answer: Any) -> dict[str, Any]:
+        graph.invoke(Command(resume=answer), _as(user), context=dict(SERVER_CONTEXT))
+        [asked] = graph.get_state(CONFIG).interrupts
+        return dict(asked.value)
+
+    # Malformed where only the decision's own model can tell: asked again, and still answerable.
+    for bad in ({"options": {"horizon": "forever"}}, {"draft_id": "d" * 100}):
+        asked = resume("bob", {"action": "revise", "draft_id": draft["draft_id"]} | bad)
+        assert asked["refused"] and asked["revision"] == 1, asked["refused"]
+    approve = {"action": "approve", "draft_id": draft["draft_id"]}
+    assert [a["by"] for a in resume("bob", approve)["approvals"]] == ["bob"]
+    # A sealed approval read from the state and sent back as an answer is not the caller's decision.
+    [sealed] = graph.get_state(CONFIG).values["approvals"]
+    assert "seal is not valid" in resume("carol", sealed | {"by": "bob"})["refused"]
+    # The structured report beside the same Markdown changed (as a state writer could): bob's approval
+    # no longer counts, so carol's alone publishes nothing.
+    changed = dict(draft, recommendation="sell", headline="FORGED")
+    graph.update_state(CONFIG, {"draft": changed}, as_node="draft_report")
+    graph.invoke(None, CONFIG, context=dict(SERVER_CONTEXT))
+    assert [a["by"] for a in resume("carol", approve)["approvals"]] == ["carol"]
+    assert graph.get_state(CONFIG).values.get("publication") is None
+    reports = tmp_path / "data" / "reports"
+    assert not reports.exists() or not any(reports.glob("*.json"))

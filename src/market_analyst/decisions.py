@@ -57,6 +57,14 @@ def content_hash(markdown: str) -> str:
     return hashlib.sha256(markdown.encode()).hexdigest()
 
 
+def draft_digest(draft: dict[str, Any]) -> str:
+    """The SHA-256 of the whole draft as the archive would store it (its Markdown, and the structured
+    report beside it: recommendation, figures, headline...), canonical JSON: what a seal binds, so
+    no field of the published report can change after it was approved."""
+    canonical = json.dumps(draft, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 class DecisionRefused(UserError):
     """A decision the rule refuses: `status` is the HTTP status a web door answers with (403: not
     entitled; 409: not on the current draft, or already counted). Nothing was recorded."""
@@ -120,8 +128,7 @@ class Decision(BaseModel):
     """A decision on one draft, as the gate records it. `note` is the approval note, the rejection
     reason or the revise feedback. `by`, `at`, `verified` and `door` come from the door the decision
     arrived through, never from what a client sent; `seal` proves the gate accepted exactly this
-    decision on this thread (see `DecisionSeal`). `allow_stale` is a door's own choice (the CLI's
-    `--allow-stale`), sealed with the rest."""
+    decision on this thread (see `DecisionSeal`), on this whole draft, for this requester."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -134,7 +141,8 @@ class Decision(BaseModel):
     verified: bool = False
     door: Door = "langgraph"
     options: dict[str, str] = Field(default_factory=dict)  # revise: question, risk_tolerance, horizon
-    allow_stale: bool = False
+    draft_digest: str | None = None  # the whole draft decided on (set by the gate)
+    requester: str | None = None  # whom the analysis was for, as the gate saw it (separation of duties)
     seal: str | None = None
 
     @field_validator("by")
@@ -270,14 +278,21 @@ class DecisionSeal:
 
     KEY_SECONDS = 30.0
 
-    def __init__(self, key: Callable[[], bytes]) -> None:
+    def __init__(self, key: Callable[[], bytes], purpose: bytes = b"gate") -> None:
         self._read_key = key
+        self._purpose = purpose
         self._cached: tuple[float, bytes] | None = None
+
+    def for_doors(self) -> DecisionSeal:
+        """The seal the application's own doors put on the answers they send the gate: keyed apart
+        from the gate's, so a decision the gate sealed into the state cannot be sent back to it as
+        an answer (it would be taken as a client's, and refused for its seal)."""
+        return DecisionSeal(self._read_key, b"door")
 
     def _key(self) -> bytes:
         now = time.monotonic()
         if self._cached is None or now - self._cached[0] > self.KEY_SECONDS:
-            self._cached = (now, self._read_key())
+            self._cached = (now, hmac.new(self._read_key(), self._purpose, hashlib.sha256).digest())
         return self._cached[1]
 
     @staticmethod

@@ -59,9 +59,12 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "publish": publish,
 }
 # Where a node that routes by `Command(goto=...)` can send a run, for the drawing and for LangGraph: the
-# `record_decision` where the decision leads (back to the gate when there is none to record).
+# the gate back to itself (an answer it did not take: it asks again), `record_decision` where the
+# decision leads (back to the gate when the state's decision proves nothing).
 _ROUTES: dict[str, tuple[str, ...]] = {
+    "human_review": ("human_review",),
     "record_decision": ("human_review", "analyze", "publish", END),
+    "publish": ("human_review", END),
 }
 
 # `wrapper(node_name, node_function)` returns the function the graph runs instead. A wrapper must

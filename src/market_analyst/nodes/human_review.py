@@ -8,8 +8,9 @@ application's own doors (the CLI, the web inbox, its API) arrives sealed by that
 to LangGraph's server is made in the name of the server's authenticated caller
 (`config["configurable"]["langgraph_auth_user"]`), at this process's clock. An answer the gate does
 not take (malformed, not entitled, not on this draft, stale, unauthenticated) is asked again: the gate
-leaves no decision and the reason, `record_decision` sends the run straight back, and the gate
-interrupts with the reason, so the thread stays waiting and listed, and nothing is recorded.
+leaves no decision and the reason and routes back to itself (`record_decision`, which its edge still
+reaches, finds nothing to record), and interrupts with the reason, so the thread stays waiting and
+listed, and nothing is recorded.
 
 The node re-runs from its start when the run resumes, so it only asks, checks and seals: the decision
 is applied (and audited) by `record_decision`, the next node.
@@ -23,7 +24,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 from pydantic import ValidationError
 
 from market_analyst.decisions import (
@@ -35,6 +36,7 @@ from market_analyst.decisions import (
     DecisionRefused,
     DecisionRequest,
     DecisionSeal,
+    draft_digest,
     first_error,
     inbox_fields,
     refusal,
@@ -66,21 +68,39 @@ RESPONSE_SCHEMA: dict[str, Any] = {
 
 
 def sealed_approvals(state: AnalystState, thread_id: str, seal: DecisionSeal) -> list[Decision]:
-    """The approvals of the state's current draft (its ID and its exact text) that carry a valid
-    seal for this thread, one per approver, in order: what counts towards the quorum. Anything else
-    in the state's `approvals` (written there by hand, copied from another thread, made on other
-    text, or recorded before decisions were sealed) counts for nothing."""
+    """The approvals of the state's current draft (its ID, its exact text and every field beside it,
+    for the same requester) that carry a valid seal for this thread, one per approver, in order: what
+    counts towards the quorum. Anything else in the state's `approvals` (written there by hand,
+    copied from another thread, made on another draft, or recorded before decisions were sealed)
+    counts for nothing."""
+    return [a for a in _sealed_of(state, thread_id, seal) if a.action == "approve"]
+
+
+def unproven(decision: Decision | None, state: AnalystState) -> str | None:
+    """Why a sealed `decision` (None: none valid) proves nothing about the state's current draft and
+    requester, or None when it holds for them."""
+    if decision is None:
+        return (
+            "the decision in the thread's state was not made at this gate (it carries no valid seal for "
+            "this thread); decide again"
+        )
     draft = state["draft"]
-    digest = hash_of(draft["markdown"])
+    if (
+        decision.draft_id != draft["draft_id"]
+        or decision.content_hash != hash_of(draft["markdown"])
+        or decision.draft_digest != draft_digest(draft)
+    ):
+        return "the decision in the thread's state was made on another draft than this one; decide again"
+    if decision.requester != state.get("user_id"):
+        return "the decision in the thread's state was made for another requester; decide again"
+    return None
+
+
+def _sealed_of(state: AnalystState, thread_id: str, seal: DecisionSeal) -> list[Decision]:
     found: dict[str, Decision] = {}
     for raw in state.get("approvals") or []:
         decision = seal.sealed(thread_id, raw)
-        if (
-            decision is not None
-            and decision.action == "approve"
-            and decision.draft_id == draft["draft_id"]
-            and decision.content_hash == digest
-        ):
+        if decision is not None and unproven(decision, state) is None:
             found.setdefault(decision.by, decision)
     return list(found.values())
 
@@ -170,16 +190,12 @@ def _client_answer(raw: Any, request: DecisionRequest) -> ClientDecision:
 
 
 def accepted(
-    raw: Any,
-    request: DecisionRequest,
-    deps: Deps,
-    config: RunnableConfig,
-    drafted_at: str | None,
+    raw: Any, state: AnalystState, request: DecisionRequest, deps: Deps, config: RunnableConfig
 ) -> Decision:
     """The sealed decision the gate takes from the answer `raw`, or the refusal that says why not."""
     thread_id = request.thread_id
     now = deps.now()
-    decision = deps.seal.sealed(thread_id, raw)
+    decision = deps.seal.for_doors().sealed(thread_id, raw)
     reread = None
     if decision is None:  # not from one of the application's doors: LangGraph's server's caller
         caller = server_caller(config)
@@ -192,35 +208,44 @@ def accepted(
             )
         if answer.by is not None and answer.by != caller:
             raise DecisionRefused(403, f"the decision names {answer.by!r}, but {caller!r} is signed in")
-        decision = Decision(
-            action=answer.action,
-            draft_id=answer.draft_id,
-            content_hash=answer.content_hash,
-            by=caller,
-            note=answer.note,
-            options=answer.options,
-            at=now.isoformat(timespec="seconds"),
-            verified=True,
-            door="langgraph",
-        )
+        try:
+            decision = Decision(
+                action=answer.action,
+                draft_id=answer.draft_id,
+                content_hash=answer.content_hash,
+                by=caller,
+                note=answer.note,
+                options=answer.options,
+                at=now.isoformat(timespec="seconds"),
+                verified=True,
+                door="langgraph",
+            )
+        except ValidationError as exc:
+            raise UserError(first_error(exc)) from None
         reread = SERVER_REREAD
     found = refusal(deps.policy, request, decision, reread=reread)
     if found is not None:
         raise found
     if decision.action == "reject" and not decision.note:
         raise DecisionRefused(422, "a rejection needs a reason: say in the note why it should not publish")
-    if decision.action == "approve" and not decision.allow_stale:
-        _refuse_stale(deps.policy, drafted_at, now, reread)
-    if decision.content_hash is None or decision.seal is None:
-        bound = decision.model_copy(update={"content_hash": request.content_hash, "seal": None})
-        decision = deps.seal.seal(thread_id, bound)
-    return decision
+    if decision.action == "approve" and reread is not None:  # a door of the application checked its own
+        _refuse_stale(deps.policy, state.get("drafted_at"), now)
+    bound = decision.model_copy(
+        update={
+            "content_hash": request.content_hash,
+            "draft_digest": draft_digest(state["draft"]),
+            "requester": state.get("user_id"),
+            "seal": None,
+        }
+    )
+    return deps.seal.seal(thread_id, bound)
 
 
-def _refuse_stale(policy: DecisionPolicy, drafted_at: str | None, now: datetime, reread: str | None) -> None:
+def _refuse_stale(policy: DecisionPolicy, drafted_at: str | None, now: datetime) -> None:
+    """An answer sent to LangGraph's server approves no draft older than `MA_MAX_DRAFT_AGE`."""
     if policy.max_draft_age is None:
         return
-    again = "revise it" if reread else "revise it, or approve it at the command line with --allow-stale"
+    again = "revise it, or approve it at the command line with --allow-stale"
     if not drafted_at:
         raise DecisionRefused(
             409, f"the draft's age is not recorded, so it cannot be checked against MA_MAX_DRAFT_AGE: {again}"
@@ -235,15 +260,16 @@ def _refuse_stale(policy: DecisionPolicy, drafted_at: str | None, now: datetime,
         )
 
 
-def human_review(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """Interrupt with the decision request; on resume, the sealed decision, or none and the reason the
-    answer was not taken (then `record_decision` sends the run back to ask again)."""
+def human_review(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> Any:
+    """Interrupt with the decision request; on resume, the sealed decision, or none, the reason the
+    answer was not taken, and the question again."""
     deps = runtime.context
     thread_id = str(config["configurable"]["thread_id"])
     request = decision_request(state, thread_id, deps.policy, deps.seal, refused=state.get("refused"))
     raw = interrupt(request.model_dump(mode="json"), response_schema=RESPONSE_SCHEMA)
     try:
-        decision = accepted(raw, request, deps, config, state.get("drafted_at"))
-    except UserError as exc:  # `record_decision` finds no decision and sends the run back here
-        return {"decision": None, "refused": str(exc)}
+        decision = accepted(raw, state, request, deps, config)
+    except (UserError, ValidationError) as exc:  # asked again; `record_decision` finds nothing to record
+        why = first_error(exc) if isinstance(exc, ValidationError) else str(exc)
+        return Command(goto=GATE, update={"decision": None, "refused": why})
     return {"decision": decision.model_dump(mode="json"), "refused": None}

@@ -17,10 +17,11 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from market_analyst.decisions import DecisionRequest, approvals_text, content_hash, refusal
 from market_analyst.formatting import pct, price, signed_pct
-from market_analyst.nodes.human_review import decision_request, sealed_approvals
+from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals
 from market_analyst.ports import AuditEvent, Deps, PublishRequest
 from market_analyst.state import AnalystState, Approval, Draft, Memory, memory_id, memory_text
 
@@ -59,9 +60,9 @@ def proven_approval(state: AnalystState, thread_id: str, deps: Deps) -> Approval
     )
 
 
-def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> dict[str, Any]:
+def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> Any:
     """Archives the draft the sealed approvals prove; a rejection publishes nothing, and so does a run
-    that reached here without a proof.
+    that reached here without a proof (back to the gate where the state claims an approval).
 
     Everything the archive writes comes from the state, so a publish re-run after a crash writes (or
     finds) the very same document."""
@@ -73,10 +74,13 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
     thread_id = str(config["configurable"]["thread_id"])
     approval = proven_approval(state, thread_id, runtime.context)
     if isinstance(approval, str):
-        # Nothing is written and this branch ends. The run that reached here without a proof was routed
-        # past the gate (a `Command(goto="publish")`, or a state written as if `record_decision` had
-        # run): where the gate still waits, beside this branch, it goes on waiting for a decision; and
-        # writing here what the gate writes would collide with its answer, or ask it twice at once.
+        if raw and raw.get("decision") == "approved":
+            # The state says approved, but nothing proves it (an approval of an earlier version, or
+            # sealed with a records secret since changed, or written by hand): ask again, writing only
+            # what the gate itself never writes.
+            return Command(goto=GATE, update={"approval": None})
+        # Sent here with no approval at all (a `Command(goto="publish")`): nothing is written and
+        # this branch ends; where the gate waits beside it, it goes on waiting.
         return {}
     operation_id = operation_id_for(thread_id, draft_id)
     request = PublishRequest(

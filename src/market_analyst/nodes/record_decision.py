@@ -33,7 +33,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from market_analyst.decisions import Decision, content_hash, refusal
-from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals
+from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals, unproven
 from market_analyst.ports import AuditEvent, Deps
 from market_analyst.state import AnalystState, Approval, Memory, MemoryKind, memory_id, memory_text
 
@@ -84,10 +84,10 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
     draft = state["draft"]
     digest = content_hash(draft["markdown"])
     raw = state.get("decision")
-    if raw is None:  # the gate did not take the answer: ask again, with the reason it recorded
-        return Command(goto=GATE, update={})
+    if raw is None:  # nothing to record: the gate did not take the answer, and asks again itself
+        return Command()
     decision = deps.seal.sealed(thread_id, raw)
-    why = _unproven(decision, draft["draft_id"], digest)
+    why = unproven(decision, state)
     if why is None and decision is not None:
         found = refusal(deps.policy, decision_request(state, thread_id, deps.policy, deps.seal), decision)
         why = None if found is None else str(found)
@@ -134,18 +134,6 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
         return Command(goto=GATE, update=update)
     final = record.model_copy(update={"approvers": approvers})
     return Command(goto="publish", update=update | {"approval": final.model_dump(mode="json")})
-
-
-def _unproven(decision: Decision | None, draft_id: str, digest: str) -> str | None:
-    """Why the state's decision proves nothing about the current draft, or None."""
-    if decision is None:
-        return (
-            "the decision in the thread's state was not made at this gate (it carries no valid seal for "
-            "this thread); decide again"
-        )
-    if decision.draft_id != draft_id or decision.content_hash != digest:
-        return "the decision in the thread's state was made on other text than the draft; decide again"
-    return None
 
 
 def _revision(state: AnalystState, decision: Decision) -> dict[str, Any]:

@@ -181,7 +181,7 @@ def decide(
             _refuse_stale(settings, before)
         # Sealed by this door: the gate takes who decided and when from the seal, so a `resume` after
         # a crash applies the same decision in the same name.
-        sealed = deps.seal.seal(thread_id, decision.model_copy(update={"allow_stale": allow_stale}))
+        sealed = deps.seal.for_doors().seal(thread_id, decision)
         # A decision is saved at once whatever MA_DURABILITY says: once a command has said a decision
         # was made, no crash may ask for it again (a revise's new analysis runs in this mode too).
         after = advance(

@@ -30,6 +30,8 @@ from market_analyst.settings import Settings
 Verdict = bool | dict[str, Any]
 OPERATOR = "operator"
 REQUESTER = "requester"
+# What a run's configuration names to start from an earlier checkpoint (a fork).
+FORK_KEYS = ("checkpoint_id", "checkpoint_map", "checkpoint")
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,9 @@ def on_thread_create(caller: Caller, value: dict[str, Any]) -> Verdict:
     metadata["owner"] = caller.identity
     if caller.role != OPERATOR or "user_id" not in metadata:
         metadata["user_id"] = caller.identity
-    return True
+    # As a filter too: a create that finds the thread already there (`if_exists="do_nothing"`)
+    # returns it only to its owner.
+    return True if caller.role == OPERATOR else _own(caller)
 
 
 def on_thread_read(caller: Caller, value: dict[str, Any]) -> Verdict:
@@ -107,6 +111,11 @@ def on_run(caller: Caller, value: dict[str, Any]) -> Verdict:
     if isinstance(command, Mapping) and (command.get("goto") or command.get("update")):
         if caller.role != OPERATOR:
             return False
+    # A run from an earlier checkpoint is a fork, whose gate would replay the answer saved there in
+    # this caller's name: an operator's repair too.
+    configurable = (kwargs.get("config") or {}).get("configurable") or {}
+    if any(configurable.get(key) for key in FORK_KEYS) and caller.role != OPERATOR:
+        return False
     run_input = kwargs.get("input")
     if isinstance(run_input, dict) and caller.role != OPERATOR:
         named = run_input.get("user_id")
@@ -117,4 +126,6 @@ def on_run(caller: Caller, value: dict[str, Any]) -> Verdict:
     metadata = value.get("metadata")
     if isinstance(metadata, dict):  # a thread this run creates (if_not_exists="create") is the caller's
         metadata["owner"] = caller.identity
+        if caller.role != OPERATOR:
+            metadata["user_id"] = caller.identity
     return _own(caller) if caller.role == REQUESTER else True
