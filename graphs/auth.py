@@ -63,7 +63,7 @@ async def thread_run(ctx: Auth.types.AuthContext, value: Any) -> Any:
 
 @auth.on.threads.update
 async def thread_update(ctx: Auth.types.AuthContext, value: Any) -> Any:
-    return rules.operators_only(_caller(ctx), value)
+    return rules.on_thread_update(_caller(ctx), value)
 
 
 @auth.on.threads.delete

@@ -97,6 +97,14 @@ def on_thread_read(caller: Caller, value: dict[str, Any]) -> Verdict:
     return _own(caller) if caller.role == REQUESTER else True
 
 
+def on_thread_update(caller: Caller, value: dict[str, Any]) -> Verdict:
+    """A state write or a metadata patch is an operator's; interrupting a run (a cancel that keeps
+    the state) is for anyone who may read the thread."""
+    if value.get("action") == "interrupt":
+        return on_thread_read(caller, value)
+    return operators_only(caller, value)
+
+
 def operators_only(caller: Caller, value: dict[str, Any]) -> Verdict:
     """State writes, metadata patches, deletes, assistants' changes, crons: repairs."""
     return caller.role == OPERATOR
