@@ -138,3 +138,21 @@ def test_removing_an_approver_or_issuing_a_new_token_ends_their_sessions(cli: Cl
     assert not _works(_copy(server, cookie))  # does not bring the old session back
     _, fresh = _signed_in(server, new_token)
     assert _works(_copy(server, fresh)) and fresh != cookie
+
+
+def test_requesters_and_operators_do_not_sign_in_to_the_inbox(cli: Cli, serve):
+    # They work through LangGraph's server; the inbox lists every user's pending threads.
+    tokens = {role: cli.ok("approvers", "add", f"x-{role}", "--role", role).stdout.strip()
+              for role in ("requester", "operator", "reviewer")}
+    server = serve(cli)
+    for role in ("requester", "operator"):
+        response = FormClient(server).sign_in(tokens[role])
+        assert response.status_code == 403 and "reviewers and approvers" in response.text
+        api = server.client()
+        answer = api.get("/api/threads", headers={"Authorization": f"Bearer {tokens[role]}"})
+        assert answer.status_code == 403, answer.text
+    # A reviewer signed in, then made a requester, is signed out at once.
+    _, cookie = _signed_in(server, tokens["reviewer"])
+    assert _works(_copy(server, cookie))
+    cli.ok("approvers", "role", "x-reviewer", "requester")
+    assert not _works(_copy(server, cookie))

@@ -17,6 +17,7 @@ from market_analyst.decisions import Action
 from market_analyst.web import actions
 from market_analyst.web.context import web
 from market_analyst.web.security import (
+    NotForTheInbox,
     TooManyFailures,
     WrongToken,
     bearer_token,
@@ -103,6 +104,9 @@ def approver(request: Request) -> str:
     except TooManyFailures as exc:
         refused_because(request, "sign-in limit")
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    except NotForTheInbox as exc:
+        refused_because(request, exc.why)
+        raise HTTPException(403, "the inbox is for reviewers and approvers") from None
     except WrongToken as exc:
         refused_because(request, exc.why)
         raise HTTPException(401, "the token is not valid", headers=challenge) from None

@@ -27,6 +27,7 @@ from market_analyst.web.render import (
     revision_diff,
 )
 from market_analyst.web.security import (
+    NotForTheInbox,
     Session,
     TooManyFailures,
     WrongToken,
@@ -133,6 +134,10 @@ def login(
         response = page(request, "login.html", session, status=429, error=str(exc))
         response.headers["Retry-After"] = str(exc.retry_after)
         return response
+    except NotForTheInbox as exc:
+        refused_because(request, exc.why)
+        error = "The inbox is for reviewers and approvers; that token is a requester's or an operator's."
+        return page(request, "login.html", session, status=403, error=error)
     except WrongToken as exc:
         refused_because(request, exc.why)
         return page(request, "login.html", session, status=401, error="That token is not valid.")

@@ -37,9 +37,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from market_analyst.formatting import printable
 from market_analyst.workflow.approvers import Approver
-from market_analyst.workflow.sessions import Gate, SessionRecord, TooManyFailures, WrongToken
+from market_analyst.workflow.sessions import Gate, NotForTheInbox, SessionRecord, TooManyFailures, WrongToken
 
-__all__ = ["Gate", "TooManyFailures", "WrongToken"]
+__all__ = ["Gate", "NotForTheInbox", "TooManyFailures", "WrongToken"]
 
 COOKIE = "ma_session"
 SECURE_COOKIE = "__Host-ma_session"  # over HTTPS: Secure, Path=/, no Domain, so no other host sets it

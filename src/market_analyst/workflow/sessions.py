@@ -68,6 +68,15 @@ class WrongToken(Exception):
         self.why = why
 
 
+class NotForTheInbox(WrongToken):
+    """A good token of a role the inbox is not for: requesters and operators work through LangGraph's
+    server, and would otherwise see every user's pending threads here."""
+
+
+# The roles that sign in to the web inbox and its API: they review and decide.
+INBOX_ROLES = frozenset({"reviewer", "approver"})
+
+
 def address_group(client: str) -> str:
     """The bucket an address counts in: its /24 (IPv4) or /64 (IPv6); the text itself otherwise."""
     try:
@@ -101,8 +110,14 @@ class Gate:
         )
 
     def authenticate(self, token: str, client: str) -> Approver:
-        """The approver whose token this is; `WrongToken` (counted) or `TooManyFailures` (not
-        verified at all) otherwise."""
+        """The approver whose token this is; `WrongToken` (counted), `NotForTheInbox` (a requester's
+        or an operator's token) or `TooManyFailures` (not verified at all) otherwise."""
+        approver = self._authenticate(token, client)
+        if approver.role not in INBOX_ROLES:
+            raise NotForTheInbox(f"a {approver.role}'s token: the inbox is for reviewers and approvers")
+        return approver
+
+    def _authenticate(self, token: str, client: str) -> Approver:
         known = self.approvers.recognised(token)
         if known is not None:
             return known
@@ -141,7 +156,8 @@ class Gate:
         its use recorded; None when it was signed out, revoked, timed out or its approver removed."""
         now = time.time()
         record = self.sessions.find(session_id, now)
-        if record is None or self.approvers.current(record.name, record.token_id) is None:
+        current = None if record is None else self.approvers.current(record.name, record.token_id)
+        if record is None or current is None or current.role not in INBOX_ROLES:
             return None
         # Record the use often enough for the idle limit to be right within a few percent.
         if now - record.last_seen >= min(60.0, self.sessions.idle / 20):
