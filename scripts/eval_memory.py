@@ -34,8 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+from market_analyst.choices import RecallMode
 from market_analyst.deps import open_memory
-from market_analyst.ports import MemoryStore, RecallMode
+from market_analyst.ports import MemoryStore
 from market_analyst.settings import Settings
 from market_analyst.state import Memory, memory_id
 

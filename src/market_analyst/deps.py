@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from market_analyst.context import Deps
 from market_analyst.decisions import DecisionPolicy, DecisionSeal, seal_key
 from market_analyst.errors import UserError
 from market_analyst.persistence.approvals.approvers import Approver, ApproverStore
@@ -25,10 +26,9 @@ from market_analyst.persistence.checkpoints.factory import (
     stop_embedded_server,
 )
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
-from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
-from market_analyst.ports import Analyst, ChatModel, Deps, MarketDataProvider, ReportStore, ReportSummary
+from market_analyst.ports import Analyst, ChatModel, Embedder, MarketDataProvider, ReportStore, ReportSummary
 from market_analyst.settings import Settings
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
+from market_analyst.context import Deps
 from market_analyst.nodes.agent import next_step
 from market_analyst.nodes.analyze import analyze
 from market_analyst.nodes.draft_report import draft_report
@@ -29,7 +30,6 @@ from market_analyst.nodes.publish import publish
 from market_analyst.nodes.recall import recall
 from market_analyst.nodes.record_decision import record_decision
 from market_analyst.nodes.tools import tool_node
-from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
 # The main line, in order; `tools` runs only for the LLM analyst, between its turns of `analyze`.

@@ -35,9 +35,9 @@ from pydantic import ValidationError
 
 from market_analyst.analyst.grounding import Facts, figure_facts, status_claims, tool_fact
 from market_analyst.analyst.llm import ANALYST_VERSION, ANSWER_TOOL, LLMAnalysis
+from market_analyst.context import Deps
 from market_analyst.errors import ServiceUnavailable
 from market_analyst.nodes.tools import RECALL_TOOL, TOOL_NAMES, TOOLS
-from market_analyst.ports import Deps
 from market_analyst.state import AnalystState, Profile
 
 # Bounds on the conversation: past MAX_PROMPT_CHARS the model may only answer; a turn adds at most

@@ -12,8 +12,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from market_analyst.analyst.grounding import figure_facts
+from market_analyst.context import Deps
 from market_analyst.nodes.agent import agent_turn
-from market_analyst.ports import Deps
 from market_analyst.state import AnalystState, Profile, ProfileUsed
 
 NOT_ACTED = (

@@ -9,8 +9,8 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from market_analyst.context import Deps
 from market_analyst.formatting import pct, price, signed_pct
-from market_analyst.ports import Deps
 from market_analyst.rendering import profile_statement, render_markdown
 from market_analyst.state import AnalystState, Draft, ProfileUsed
 

@@ -9,9 +9,9 @@ from langgraph.runtime import Runtime
 
 from market_analyst.analyst.chart_data import chart_series
 from market_analyst.analyst.metrics import compute_metrics
+from market_analyst.context import Deps
 from market_analyst.errors import UserError
 from market_analyst.market_data import BENCHMARK
-from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
 

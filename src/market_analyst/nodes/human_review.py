@@ -27,6 +27,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import ValidationError
 
+from market_analyst.context import Deps
 from market_analyst.decisions import (
     ACTIONS,
     ApprovalSoFar,
@@ -44,7 +45,6 @@ from market_analyst.decisions import (
 from market_analyst.decisions import content_hash as hash_of
 from market_analyst.errors import UserError
 from market_analyst.formatting import describe_age
-from market_analyst.ports import Deps
 from market_analyst.state import AnalystState
 
 GATE = "human_review"

@@ -6,7 +6,8 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from market_analyst.ports import Deps, profile_in_use
+from market_analyst.context import Deps
+from market_analyst.ports import profile_in_use
 from market_analyst.state import DEFAULT_USER, SCHEMA_VERSION, AnalystState
 
 

@@ -19,10 +19,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from market_analyst.context import Deps
 from market_analyst.decisions import DecisionRequest, approvals_text, content_hash, refusal
 from market_analyst.formatting import pct, price, signed_pct
 from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals
-from market_analyst.ports import AuditEvent, Deps, PublishRequest
+from market_analyst.ports import AuditEvent, PublishRequest
 from market_analyst.state import AnalystState, Approval, Draft, Memory, memory_id, memory_text
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from market_analyst.ports import Deps
+from market_analyst.context import Deps
 from market_analyst.state import DEFAULT_USER, AnalystState
 
 # At most this many memories, and this many characters of their text, go into a run.

@@ -32,9 +32,10 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from market_analyst.context import Deps
 from market_analyst.decisions import Decision, content_hash, refusal
 from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals, unproven
-from market_analyst.ports import AuditEvent, Deps
+from market_analyst.ports import AuditEvent
 from market_analyst.state import AnalystState, Approval, Memory, MemoryKind, memory_id, memory_text
 
 AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised"}

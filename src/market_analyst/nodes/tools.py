@@ -21,9 +21,9 @@ from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from market_analyst.analyst import windows
+from market_analyst.context import Deps
 from market_analyst.errors import UserError
 from market_analyst.market_data import BENCHMARK
-from market_analyst.ports import Deps
 from market_analyst.state import DEFAULT_USER, ProfileUsed
 
 Window = Literal["1M", "3M", "6M", "1Y", "2Y", "3Y", "5Y"]

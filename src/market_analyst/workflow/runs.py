@@ -15,12 +15,13 @@ from typing import Any
 from langgraph.types import Command
 
 from market_analyst.choices import Durability
+from market_analyst.context import Deps
 from market_analyst.decisions import Action, DecisionRefused, DecisionRequest, Identity, validated
 from market_analyst.deps import build_deps, check_analyst
 from market_analyst.errors import RunStopped, StaleDraft, UserError
 from market_analyst.formatting import describe_age
 from market_analyst.graph import LEGACY_GATE
-from market_analyst.ports import Deps, ThreadRow
+from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import MAX_QUESTION_CHARS, SCHEMA_VERSION, validate_thread_id
 from market_analyst.workflow.session import Progress, Run, open_run

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from market_analyst.choices import Durability
+from market_analyst.context import Deps
 from market_analyst.deps import build_deps, open_checkpointer
 from market_analyst.errors import ServiceUnavailable
 from market_analyst.graph import build_graph
-from market_analyst.ports import CheckpointBackend, Deps
+from market_analyst.ports import CheckpointBackend
 from market_analyst.settings import Settings
 from market_analyst.workflow.views import config_for
 

@@ -1,4 +1,5 @@
-"""The embedder port and its implementations: text to a dense vector for recall by meaning.
+"""The embedders, implementations of the port `ports.memory.Embedder`: text to a dense vector for
+recall by meaning.
 
 The store records the embedder's `name` and `dimension` with its collection, so vectors from one
 model are never compared with another's: a changed embedder is a clear error until the memories are
@@ -14,21 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from market_analyst.ports.memory import Embedder as Embedder  # the port; the stores import it from here
 
 WORDLLAMA_CONFIG = "l2_supercat"
 WORDLLAMA_DIMENSION = 256
-
-
-class Embedder(Protocol):
-    """Turns texts into dense vectors of `dimension` floats; `name` identifies the model."""
-
-    name: str
-    dimension: int
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order."""
-        ...
 
 
 class WordLlamaEmbedder:

@@ -1,0 +1,49 @@
+"""The ports: what the graph's nodes and the workflow depend on, as protocols, with the value types
+each one passes, one module per concern. Every name is re-exported here, so `from market_analyst.ports
+import X` names a port without naming its module.
+
+Nothing here opens a store or imports a client library: `deps.py` builds the real adapters and
+`persistence/checkpoints/factory.py` opens the checkpointer; the nodes see only these shapes, through
+`Deps` (`market_analyst.context`).
+"""
+
+from market_analyst.ports.analysis import (
+    Analyst,
+    ChatModel,
+    MarketDataProvider,
+    ProfileReader,
+    profile_in_use,
+)
+from market_analyst.ports.archive import (
+    ArchiveWriter,
+    Listing,
+    PublishRequest,
+    PublishResult,
+    ReportStore,
+    ReportSummary,
+)
+from market_analyst.ports.audit import AuditEvent, AuditWriter
+from market_analyst.ports.checkpoints import CheckpointBackend, ThreadIndex, ThreadQuery, ThreadRow
+from market_analyst.ports.memory import Embedder, MemoryStore
+
+__all__ = [
+    "Analyst",
+    "ArchiveWriter",
+    "AuditEvent",
+    "AuditWriter",
+    "ChatModel",
+    "CheckpointBackend",
+    "Embedder",
+    "Listing",
+    "MarketDataProvider",
+    "MemoryStore",
+    "ProfileReader",
+    "PublishRequest",
+    "PublishResult",
+    "ReportStore",
+    "ReportSummary",
+    "ThreadIndex",
+    "ThreadQuery",
+    "ThreadRow",
+    "profile_in_use",
+]

@@ -1,0 +1,103 @@
+"""The checkpoint ports: a ready saver with its per-thread lease, and the application's own index of
+threads beside it."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    """A thread as the operator lists it: who, what, where it stands, and when (UTC ISO times)."""
+
+    thread_id: str
+    user_id: str
+    ticker: str
+    status: str
+    created_at: str
+    updated_at: str
+    drafted_at: str | None = None
+    revision: int = 0
+    recommendation: str | None = None
+
+
+@dataclass(frozen=True)
+class ThreadQuery:
+    """Which threads to list: every filter given must match; newest update first."""
+
+    statuses: tuple[str, ...] = ()
+    user_id: str | None = None
+    ticker: str | None = None
+    finished_before: str | None = None  # last updated at or before this UTC ISO time
+    limit: int = 50
+    offset: int = 0
+
+
+class ThreadIndex(Protocol):
+    """The application's own list of threads, beside the saver's checkpoints, so that listing and
+    filtering never read every thread's state. A cache the workflow keeps current; the saver is the
+    truth, and rows that listing shows are checked against it."""
+
+    def record(self, row: ThreadRow) -> None:
+        """Insert or replace the thread's row."""
+        ...
+
+    def remove(self, thread_id: str) -> None:
+        """Drop the thread's row (nothing when there is none)."""
+        ...
+
+    def query(self, query: ThreadQuery) -> tuple[list[ThreadRow], int]:
+        """The rows matching `query`, newest update first, at most `query.limit`; and how many match."""
+        ...
+
+    def ids(self) -> set[str]:
+        """The thread IDs that have a row."""
+        ...
+
+    def complete(self) -> bool:
+        """Whether every thread the saver holds has a row (false until the first backfill)."""
+        ...
+
+    def mark_complete(self) -> None:
+        """Record that a backfill gave every thread a row."""
+        ...
+
+
+class CheckpointBackend(Protocol):
+    """A ready saver and the lease that keeps one writer per thread on the same backend."""
+
+    saver: Any
+    description: str
+
+    @property
+    def index(self) -> ThreadIndex:
+        """The thread index on the same backend."""
+        ...
+
+    @property
+    def keeps_history(self) -> bool:
+        """False for a saver that keeps only each thread's latest checkpoint (no time travel)."""
+        ...
+
+    # The exceptions that mean "the store went away mid-command" on this backend.
+    outage_errors: tuple[type[BaseException], ...]
+
+    @property
+    def restart_hint(self) -> str:
+        """What brings the store back ("when the server is back"; an embedded server restarts)."""
+        ...
+
+    def lease(self, thread_id: str) -> AbstractContextManager[None]:
+        """Hold the thread's lease for the block, or raise `ThreadBusy` at once."""
+        ...
+
+    def thread_ids(self) -> list[str]:
+        """Every thread with at least one checkpoint."""
+        ...
+
+    def erase_thread(self, thread_id: str) -> int:
+        """Delete the thread's checkpoints (the saver's `delete_thread`) and any lease keys; returns
+        how many lease keys went. Call it holding the thread's lease."""
+        ...

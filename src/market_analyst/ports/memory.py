@@ -1,0 +1,75 @@
+"""The memory port: what people said in earlier threads, recalled by meaning and words, and the
+embedder that turns texts into the vectors recall compares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from market_analyst.choices import RecallMode
+from market_analyst.state import Memory
+
+
+class MemoryStore(Protocol):
+    """What people said in earlier threads, per owner: written by the workflow from recorded sources,
+    recalled by meaning and words. Every read is filtered by owner; superseded memories are never
+    recalled. Nothing is embedded (no model loaded) for an owner who has no memories."""
+
+    def write(self, memories: Sequence[Memory]) -> None:
+        """Insert or replace each memory by its ID: writing the same ID twice leaves one memory."""
+        ...
+
+    def recall(
+        self,
+        owner: str,
+        query: str,
+        *,
+        ticker: str | None = None,
+        limit: int = 5,
+        budget_chars: int = 1500,
+        mode: RecallMode = "hybrid_recency",
+        now: datetime | None = None,
+    ) -> list[Memory]:
+        """At most `limit` of `owner`'s live memories most relevant to `query` (and `ticker`), best
+        first, whose texts together fit in `budget_chars`; [] at once when the owner has none."""
+        ...
+
+    def has_memories(self, owner: str) -> bool:
+        """Whether `owner` has any memory (superseded ones count); cheap, loads no model."""
+        ...
+
+    def list(self, owner: str, *, include_superseded: bool = False) -> list[Memory]:
+        """`owner`'s memories, newest first; superseded ones only with `include_superseded`."""
+        ...
+
+    def get(self, owner: str, memory_id: str) -> Memory | None:
+        """The memory `memory_id` if `owner` owns it, else None (another owner's is absent too)."""
+        ...
+
+    def replace(self, owner: str, old_id: str, new: Memory) -> None:
+        """Write `new` and mark `old_id` (which `owner` must own: else `UserError`) superseded."""
+        ...
+
+    def forget(self, owner: str, memory_id: str) -> bool:
+        """Erase one of `owner`'s memories; False when `owner` has none with that ID."""
+        ...
+
+    def forget_user(self, owner: str) -> int:
+        """Erase every memory of `owner`; returns how many went."""
+        ...
+
+    def prune(self, older_than: datetime) -> int:
+        """Erase every memory made before `older_than`; returns how many went."""
+        ...
+
+
+class Embedder(Protocol):
+    """Turns texts into dense vectors of `dimension` floats; `name` identifies the model."""
+
+    name: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        ...
