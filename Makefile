@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 MA := $(BIN)/market-analyst
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test lint bench eval-memory fuzz graph crash-soak up down clean
+.PHONY: install demo test test-fast lint bench eval-memory fuzz graph crash-soak up down clean
 
 # The Redis Stack server the tests start needs Debian 11's libssl1.1 (see scripts/fetch-libssl.sh);
 # without it the Redis tests need REDIS_URL, so a machine that cannot fetch it still installs.
@@ -22,10 +22,19 @@ $(VENV)/.installed: pyproject.toml
 demo:
 	MA="$(MA)" bash scripts/demo.sh
 
+# The tests live in four tiers, one folder each (see docs/development.md): `make test` runs them all,
+# the longest first so that no long test starts last; `make test-fast` runs unit and conformance.
 # pytest exits 5 when it collected no tests: that is a failure here, never a pass.
+ALL_TIERS := tests/system tests/journeys tests/conformance tests/unit
+FAST_TIERS := tests/unit tests/conformance
+
 test:
-	@$(BIN)/pytest -n $(PYTEST_WORKERS) -q; rc=$$?; \
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) -q --durations=25 $(ALL_TIERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+test-fast:
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) -q $(FAST_TIERS) $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-fast: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # ruff, mypy, and the import contracts in pyproject.toml (layers; adapters only through deps.py).
 lint:
@@ -43,9 +52,9 @@ eval-memory:
 
 FUZZ_EXAMPLES ?= 400
 
-# The command line under generated input (tests/test_fuzz.py), with many more examples than the suite.
+# The command line under generated input (tests/system/test_fuzz.py), with many more examples than the suite.
 fuzz:
-	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/test_fuzz.py -k generated
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/system/test_fuzz.py -k generated
 
 CRASH_REPORT ?= $(CURDIR)/.cache/crash-report.jsonl
 CRASH_RANDOM_KILLS ?= 500
@@ -55,7 +64,7 @@ CRASH_RANDOM_KILLS ?= 500
 crash-soak:
 	@mkdir -p .cache && rm -f $(CRASH_REPORT)
 	CRASH_RANDOM_KILLS=$(CRASH_RANDOM_KILLS) CRASH_REPORT_FILE=$(CRASH_REPORT) \
-	  $(BIN)/pytest -n $(PYTEST_WORKERS) -q tests/test_crash_recovery.py $(PYTEST_ARGS)
+	  $(BIN)/pytest -n $(PYTEST_WORKERS) -q tests/system/test_crash_recovery.py $(PYTEST_ARGS)
 	@$(BIN)/python -m tests.support.crash_matrix summarize $(CRASH_REPORT)
 
 graph:

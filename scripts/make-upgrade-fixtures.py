@@ -17,7 +17,7 @@ Then it exports what those versions stored, as text, into `tests/fixtures/upgrad
 (`postgres/<table>.jsonl`, rows as `row_to_json`), `redis/keys.jsonl` (each key with its type and
 value), and `fixture.json` (version, commit, thread IDs, where each thread stands). Tests load them
 into a fresh database or server and decide the threads with the current code
-(`tests/test_upgrade.py`, whose `FIXTURE_VERSIONS` lists the versions to test).
+(`tests/journeys/test_upgrade.py`, whose `FIXTURE_VERSIONS` lists the versions to test).
 """
 
 from __future__ import annotations

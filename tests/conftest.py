@@ -109,3 +109,15 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
     yield start
     for server in servers:
         server.stop()
+
+
+TIERS = ("unit", "conformance", "journeys", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test is marked with its tier, which is the folder it lives in (`pytest -m unit`)."""
+    for item in items:
+        parts = item.path.relative_to(REPO / "tests").parts
+        if len(parts) < 2 or parts[0] not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(parts[0])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import REPO
 from tests.support.crashkit import Harness
 
 # Variables the application reads; stripped from the environment the tests inherit.
@@ -94,3 +95,16 @@ class Cli:
     def archive_files(self) -> list[Path]:
         """The documents in this CLI's archive, by name."""
         return sorted((self.data_dir / "reports").glob("*.json"))
+
+
+def run_with_kill(cli: Cli, kill_point: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a child process that SIGKILLs itself at `kill_point`."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.support.crash_child", kill_point, *args],
+        cwd=REPO,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )

@@ -1,5 +1,5 @@
 """The rules behind LangGraph's server's auth handler (`workflow/server_auth.py`), one by one; the
-server itself plays them in tests/test_langgraph_attacks.py."""
+server itself plays them in tests/system/test_langgraph_attacks.py."""
 
 from __future__ import annotations
 

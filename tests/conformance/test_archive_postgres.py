@@ -14,14 +14,13 @@ import pytest
 
 from market_analyst.deps import open_archive
 from market_analyst.errors import UserError
-from market_analyst.persistence.archive.directory import ArchiveError
+from market_analyst.persistence.archive.base import ArchiveError
 from market_analyst.persistence.archive.document import render_document
 from market_analyst.ports import ReportStore
 from market_analyst.settings import Settings
+from tests.conformance.test_archive import _document
 from tests.support import REPO
-from tests.support.cli import Cli, market_analyst_command, unique_id
-from tests.test_archive import _document
-from tests.test_exactly_once import run_with_kill
+from tests.support.cli import Cli, market_analyst_command, run_with_kill, unique_id
 
 ARCHIVES = ("directory", "postgres")
 

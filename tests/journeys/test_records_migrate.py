@@ -13,9 +13,8 @@ import psycopg
 from market_analyst.deps import open_approvers
 from market_analyst.persistence.archive.document import render_document
 from market_analyst.settings import Settings
-from tests.support.cli import Cli
+from tests.support.cli import Cli, run_with_kill
 from tests.support.reports import report_document, write_reports
-from tests.test_exactly_once import run_with_kill
 
 BIG = 10_000
 # The copy's batches (postgres.COPY_BATCH each): the killed run dies after this many committed.

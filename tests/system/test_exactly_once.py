@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
+from market_analyst.deps import open_checkpointer
 from market_analyst.graph import build_graph
-from market_analyst.persistence.checkpoints.factory import open_checkpointer
 from market_analyst.settings import Settings
-from tests.support import REPO
 from tests.support.backends import both_backends
-from tests.support.cli import Cli, Result, market_analyst_command, unique_id
+from tests.support.cli import Cli, Result, market_analyst_command, run_with_kill, unique_id
 from tests.support.lease_holder import hold_lease
 from tests.support.retry import retry_while_busy
 
 FIXED_CLOCK = {"SOURCE_DATE_EPOCH": "1739577600"}  # 2025-02-15T00:00:00Z: approvals get the same time
-
-
-def run_with_kill(cli: Cli, kill_point: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in a child process that SIGKILLs itself at `kill_point`."""
-    return subprocess.run(
-        [sys.executable, "-m", "tests.support.crash_child", kill_point, *args],
-        cwd=REPO,
-        env=cli.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def once_not_busy(cli: Cli, *args: str) -> Result:

@@ -27,12 +27,13 @@ import pytest
 
 from market_analyst.state import SCHEMA_VERSION, AnalystState
 from market_analyst.workflow.upgrade import STATE_KEYS, Migration, registry_problems
+from tests.support import REPO
 from tests.support.backends import BACKENDS
 from tests.support.cli import Cli, clean_environ
 from tests.support.crashkit import Harness
 from tests.support.services import RedisServer
 
-FIXTURES = Path(__file__).parent / "fixtures" / "upgrade"
+FIXTURES = REPO / "tests" / "fixtures" / "upgrade"
 FIXTURE_VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "fixture.json").is_file())
 CASES = [
     pytest.param((version, backend), id=f"{version}-{backend}")
