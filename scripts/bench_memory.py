@@ -24,7 +24,7 @@ from pathlib import Path
 
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
-from market_analyst.persistence.memory.search import edge_query, owner_filter
+from market_analyst.persistence.memory.search import Recall, edge_query, owner_filter
 from market_analyst.state import Memory, memory_id
 
 TICKERS = ("NVDA", "MSFT", "AAPL", "AMZN", "GOOG", "META", "TSLA", None)
@@ -125,15 +125,10 @@ def recall(sizes: list[int]) -> bool:
             try:
                 inside = []
                 for i, (who, q) in enumerate(asks):
-                    request = edge_query(
-                        owner=who,
-                        dense=vectors[q],
-                        sparse=bm25.embed_query(q),
-                        mode="hybrid_recency",
-                        limit=20,
-                        ticker="NVDA",
-                        now=BASE,
+                    asked = Recall(
+                        owner=who, query=q, limit=20, ticker="NVDA", mode="hybrid_recency", now=BASE
                     )
+                    request = edge_query(asked, dense=vectors[q], sparse=bm25.embed_query(q))
                     t0 = time.perf_counter()
                     found = shard.query(request)
                     if i >= 20:  # after a warm-up

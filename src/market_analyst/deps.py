@@ -26,7 +26,7 @@ from market_analyst.persistence.checkpoints.factory import (
     stop_embedded_server,
 )
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
-from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
+from market_analyst.persistence.memory.server import QdrantMemoryStore
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
 from market_analyst.ports import Analyst, ChatModel, Embedder, MarketDataProvider, ReportStore, ReportSummary
 from market_analyst.settings import Settings
@@ -256,7 +256,7 @@ def open_memory(settings: Settings) -> EdgeMemoryStore | QdrantMemoryStore:
     embedder = open_embedder(settings)
     url = settings.qdrant_url
     if url:
-        from market_analyst.persistence.profiles.qdrant import open_server_client
+        from market_analyst.persistence.qdrant.server import open_server_client
 
         api_key = settings.secret("qdrant_api_key")
         return QdrantMemoryStore(lambda: open_server_client(url, api_key), embedder=embedder, location=url)

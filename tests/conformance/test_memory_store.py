@@ -14,7 +14,7 @@ import pytest
 from market_analyst.errors import UserError
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.memory.embedder import WordLlamaEmbedder
-from market_analyst.persistence.memory.qdrant import QdrantMemoryStore
+from market_analyst.persistence.memory.server import QdrantMemoryStore
 from market_analyst.state import Memory, memory_id
 from tests.support import REPO
 from tests.support.embeddings_server import EmbeddingsServer

@@ -24,6 +24,7 @@ The modes `bm25`, `dense` and `hybrid` stop after step 1 (one list) or step 2: t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +48,19 @@ RECENCY_MIDPOINT = 0.5
 TICKER_BOOST = 0.5  # a memory about the analysed ticker counts this much more
 
 
+@dataclass(frozen=True)
+class Recall:
+    """One recall as the engines run it: whose memories (a checked user ID), the query, how many at
+    most, and how they rank (the ticker favoured, the mode, the moment recency is measured from)."""
+
+    owner: str
+    query: str
+    limit: int
+    ticker: str | None
+    mode: RecallMode
+    now: datetime
+
+
 def owner_filter(owner: str, *, live_only: bool = True) -> Any:
     """The filter every read carries: exactly this owner (and, for recall, not superseded)."""
     from qdrant_edge import FieldCondition, Filter, MatchValue
@@ -57,20 +71,12 @@ def owner_filter(owner: str, *, live_only: bool = True) -> Any:
     return Filter(must=list(must))
 
 
-def edge_query(
-    *,
-    owner: str,
-    dense: Sequence[float] | None,
-    sparse: Any,
-    mode: RecallMode,
-    limit: int,
-    ticker: str | None,
-    now: datetime,
-) -> Any:
-    """The Qdrant Edge `QueryRequest` for one recall (see the module docstring)."""
+def edge_query(recall: Recall, *, dense: Sequence[float] | None, sparse: Any) -> Any:
+    """The Qdrant Edge `QueryRequest` for `recall` (see the module docstring), given the query's dense
+    vector (None for `bm25`) and its BM25 vector."""
     from qdrant_edge import Prefetch, Query, QueryRequest
 
-    live = owner_filter(owner)
+    live, mode, limit = owner_filter(recall.owner), recall.mode, recall.limit
     if mode == "bm25":
         return QueryRequest(
             limit=limit,
@@ -105,7 +111,7 @@ def edge_query(
     return QueryRequest(
         limit=limit,
         prefetches=[fused],
-        query=recency_formula(ticker=ticker, now=now),
+        query=recency_formula(ticker=recall.ticker, now=recall.now),
         filter=live,
         with_payload=True,
         with_vector=False,
@@ -162,18 +168,13 @@ def within_budget(ranked: Sequence[Memory], *, limit: int, budget_chars: int) ->
     return kept
 
 
-def client_query(
-    *,
-    owner: str,
-    dense: Sequence[float] | None,
-    sparse: Any,
-    mode: RecallMode,
-    ticker: str | None,
-    now: datetime,
-) -> dict[str, Any]:
-    """The same recall as `edge_query`, as `qdrant_client.query_points` keyword arguments (a Qdrant
-    server, where the engine also turns BM25 term frequencies into IDF-weighted scores)."""
+def client_query(recall: Recall, *, dense: Sequence[float] | None, sparse: Any) -> dict[str, Any]:
+    """The same recall as `edge_query`, as `qdrant_client.query_points` keyword arguments but the
+    limit (a Qdrant server, where the engine also turns BM25 term frequencies into IDF-weighted
+    scores)."""
     from qdrant_client import models
+
+    owner, mode, ticker, now = recall.owner, recall.mode, recall.ticker, recall.now
 
     live = models.Filter(
         must=[
