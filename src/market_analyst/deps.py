@@ -226,7 +226,10 @@ def decision_seal(settings: Settings) -> DecisionSeal:
 def open_profiles(settings: Settings) -> ProfileStore:
     """The profile store: `QDRANT_URL` if set, else the embedded store in the data directory (Qdrant
     Edge, or local mode with `MA_PROFILE_STORE=local`). Opens nothing until it is used."""
-    return ProfileStore.from_settings(settings)
+    if settings.qdrant_url:
+        api_key = settings.secret("qdrant_api_key")
+        return ProfileStore(url=settings.qdrant_url, api_key=api_key, now=settings.now)
+    return ProfileStore(path=settings.profiles_dir, engine=settings.profile_store, now=settings.now)
 
 
 def open_embedder(settings: Settings) -> Callable[[], Embedder]:

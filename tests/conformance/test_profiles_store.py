@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from market_analyst.deps import open_profiles
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.persistence.profiles.store import ProfileStore
 from market_analyst.settings import Settings
@@ -149,11 +150,9 @@ def test_reading_a_store_that_was_never_written_creates_nothing(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_from_settings_chooses_the_embedded_engine_or_a_server(tmp_path: Path):
+def test_the_settings_choose_the_embedded_engine_or_a_server(tmp_path: Path):
     def store_for(**environ: str) -> ProfileStore:
-        return ProfileStore.from_settings(
-            Settings.load(environ={"MA_DATA_DIR": str(tmp_path), **environ}, dotenv=None)
-        )
+        return open_profiles(Settings.load(environ={"MA_DATA_DIR": str(tmp_path), **environ}, dotenv=None))
 
     edge = store_for()
     assert edge.path == tmp_path / "profiles" and edge.url is None and edge.engine == "edge"

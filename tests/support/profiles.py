@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.persistence.profiles.fields import point_id_for
-from market_analyst.persistence.profiles.qdrant import COLLECTION
+from market_analyst.persistence.profiles.server import COLLECTION
 from market_analyst.state import Profile
 from tests.support import REPO
 from tests.support.cli import clean_environ

@@ -1,1 +1,3 @@
-"""Risk profiles: the store (Qdrant Edge embedded, or a Qdrant server), its sessions and its migration."""
+"""Risk profiles: `store` (the one a command opens) over `base` (what a session does on any engine)
+and its engines: `edge` (Qdrant Edge embedded, made and migrated to by `edge_setup`), `local_mode`
+(`qdrant-client`'s folders) and `server` (a Qdrant server)."""

@@ -4,9 +4,7 @@ One shard per store, created with the smallest configuration Edge accepts (one s
 point uses: profiles carry no embeddings), a keyword index on `user_id`, and its write-ahead log on.
 The log is what makes a write survive `kill -9` and what locks the shard to one process: without it,
 two writers would silently overwrite each other. A shard is opened for one operation and closed in
-a `finally`; closing flushes it.
-
-Edge reports every failure as a plain `Exception`, so a busy shard is recognised by its message.
+a `finally`; closing flushes it. How it is made, installed and migrated to: `edge_setup`.
 """
 
 from __future__ import annotations
@@ -16,35 +14,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from market_analyst.errors import UserError
-from market_analyst.persistence.profiles.session import UPSERT_BATCH, ProfileSession, StoredPoint
-from market_analyst.persistence.store_access import StoreBusy
+from market_analyst.persistence.profiles.base import UPSERT_BATCH, ProfileSession, StoredPoint
+from market_analyst.persistence.qdrant import edge_shard
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
 
-# Written when a shard is created; nothing else this application meets has it.
-CONFIG_FILE = "edge_config.json"
-_LOCKED = "WouldBlock"
-
-
-def is_edge_store(path: Path) -> bool:
-    """Whether `path` holds a Qdrant Edge shard."""
-    return (path / CONFIG_FILE).is_file()
-
 
 def load_shard(path: Path) -> EdgeShard:
-    """Open the shard at `path` (it must be one: see `is_edge_store`); `StoreBusy` while another
+    """Open the shard at `path` (it must be one: see `edge_shard.is_shard`); `StoreBusy` while another
     process holds it."""
-    from qdrant_edge import EdgeShard
-
-    try:
-        return EdgeShard.load(str(path))
-    except Exception as exc:
-        if _LOCKED in str(exc):
-            raise StoreBusy(str(path)) from None
-        # A damaged or unreadable shard: the user's to restore (the local-mode backup, if any, is whole).
-        raise UserError(f"cannot open the Qdrant Edge store {path}: {' '.join(str(exc).split())}") from None
+    # A damaged or unreadable shard is the user's to restore (the local-mode backup, if any, is whole).
+    return edge_shard.load(path, what="the Qdrant Edge store")
 
 
 def build_shard(path: Path, points: Sequence[StoredPoint]) -> None:

@@ -1,9 +1,10 @@
 """Bringing the embedded profile folder to a complete Qdrant Edge shard: created on first write, or
 migrated once from a folder that `qdrant-client` local mode wrote (earlier versions' default).
 
-A shard only ever appears under the store's name by a rename of a finished one, so a `kill -9` at
-any moment leaves either the old folder readable or the new shard complete, and the next command
-finishes or redoes the job. The steps, under an exclusive lock file beside the store:
+A shard only ever appears under the store's name by a rename of a finished one (`qdrant.edge_shard`),
+so a `kill -9` at any moment leaves either the old folder readable or the new shard complete, and the
+next command finishes or redoes the job. The migration's steps, under an exclusive lock file beside
+the store:
 
 1. read every point of the local-mode folder, holding `qdrant-client`'s own lock on it;
 2. build a shard with them in `<store>.edge-new` (a leftover from a killed attempt is deleted first);
@@ -21,16 +22,21 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from market_analyst.errors import UserError
-from market_analyst.files import fsync_dir, private_dir, private_tree
-from market_analyst.persistence.profiles.edge import build_shard, is_edge_store
-from market_analyst.persistence.profiles.qdrant import all_points, is_local_mode_folder, open_local_client
-from market_analyst.persistence.profiles.session import StoredPoint
+from market_analyst.files import fsync_dir, private_tree
+from market_analyst.persistence.profiles.edge import build_shard
+from market_analyst.persistence.profiles.local_mode import all_points, is_local_mode_folder, open_local_client
+from market_analyst.persistence.qdrant import edge_shard
 from market_analyst.persistence.store_access import lock_file
+
+WHAT = "the profile store"
+
+# The migration's steps 3 and 5 by name: where its kill tests stop it.
+_mark_ready = edge_shard.mark_ready
+_install = edge_shard.put_in_place
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,6 @@ class Migration:
     store: Path
     moved: int = 0
     backup: Path | None = None
-
-
-def _sibling(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
 
 
 def setup_lock_path(path: Path) -> Path:
@@ -60,26 +62,22 @@ def session_lock_path(path: Path) -> Path:
 
 def has_store(path: Path) -> bool:
     """Whether there is anything to read at `path`: a store, or a migration to finish."""
-    return path.exists() or _sibling(path, ".edge-ready").exists()
+    return path.exists() or edge_shard.sibling(path, edge_shard.READY).exists()
 
 
 def ensure_edge_store(path: Path) -> Migration | None:
     """Make `path` a complete Edge shard: as it is, created empty, or migrated from local mode (the
     `Migration` says what moved). `StoreBusy` while another process creates, migrates or uses
     local mode on it."""
-    if is_edge_store(path):
+    if edge_shard.is_shard(path):
         return None  # the common case: no lock, no further look
     with lock_file(setup_lock_path(path)):
         return _settle(path)
 
 
 def _settle(path: Path) -> Migration | None:
-    if is_edge_store(path):
+    if edge_shard.is_shard(path):
         return None  # another process finished while this one waited
-    ready = _sibling(path, ".edge-ready")
-    if not path.exists() and ready.exists():
-        _install(ready, path)  # killed between steps 4 and 5: the shard there is complete
-        return None
     if is_local_mode_folder(path):
         return _migrate(path)
     if path.exists() and any(path.iterdir()):
@@ -87,20 +85,20 @@ def _settle(path: Path) -> Migration | None:
             f"{path} holds neither a Qdrant Edge store nor a Qdrant local-mode folder; move it away, "
             "or point MA_DATA_DIR elsewhere"
         )
-    new = _sibling(path, ".edge-new")
-    _build(new, [])
-    _install(new, path)  # a rename replaces an empty directory, never a full one
+    edge_shard.settle(path, complete=edge_shard.is_shard)  # killed between steps 4 and 5, or creating
+    if not edge_shard.is_shard(path):
+        edge_shard.install(edge_shard.build_beside(path, lambda new: build_shard(new, []), what=WHAT), path)
     return None
 
 
 def _migrate(path: Path) -> Migration:
-    new, ready = _sibling(path, ".edge-new"), _sibling(path, ".edge-ready")
     client = open_local_client(path)  # its lock keeps local-mode writers out until the swap is done
     try:
         points = all_points(client)
-        shutil.rmtree(ready, ignore_errors=True)  # an earlier attempt's: the folder may have changed since
-        _build(new, points)
-        _mark_ready(new, ready)
+        # An earlier attempt's: the folder may have changed since.
+        shutil.rmtree(edge_shard.sibling(path, edge_shard.READY), ignore_errors=True)
+        new = edge_shard.build_beside(path, lambda folder: build_shard(folder, points), what=WHAT)
+        ready = _mark_ready(new, path)
         backup = _retire(path)
         _install(ready, path)
     finally:
@@ -108,30 +106,14 @@ def _migrate(path: Path) -> Migration:
     return Migration(store=path, moved=len(points), backup=backup)
 
 
-def _build(new: Path, points: Sequence[StoredPoint]) -> None:
-    shutil.rmtree(new, ignore_errors=True)
-    build_shard(private_dir(new, "the profile store"), points)
-    private_tree(new)
-
-
-def _mark_ready(new: Path, ready: Path) -> None:
-    os.rename(new, ready)
-    fsync_dir(ready.parent)
-
-
 def _retire(path: Path) -> Path:
-    backup = _sibling(path, ".local-mode-backup")
+    backup = edge_shard.sibling(path, ".local-mode-backup")
     number = 1
     while backup.exists():
         number += 1
-        backup = _sibling(path, f".local-mode-backup-{number}")
+        backup = edge_shard.sibling(path, f".local-mode-backup-{number}")
     os.rename(path, backup)
     os.chmod(backup, 0o700)  # it still holds every profile: owner-only, like the new store
     private_tree(backup)
     fsync_dir(path.parent)
     return backup
-
-
-def _install(ready: Path, path: Path) -> None:
-    os.rename(ready, path)
-    fsync_dir(path.parent)

@@ -6,10 +6,11 @@ else is treated as absent, never returned. Points carry no vectors, so nothing i
 
 Three engines hold the points:
 
-- Qdrant Edge (the default, `MA_DATA_DIR/profiles`): Qdrant's engine in-process. A folder that
-  `qdrant-client` local mode wrote there is migrated on first use (`edge_setup`).
-- `qdrant-client` local mode (`MA_PROFILE_STORE=local`), for platforms without an Edge wheel.
-- A Qdrant server (`QDRANT_URL`), through `qdrant-client`: several machines, many writers.
+- Qdrant Edge (the default, `MA_DATA_DIR/profiles`; `edge`): Qdrant's engine in-process. A folder
+  that `qdrant-client` local mode wrote there is migrated on first use (`edge_setup`).
+- `qdrant-client` local mode (`MA_PROFILE_STORE=local`; `local_mode`), for platforms without an
+  Edge wheel.
+- A Qdrant server (`QDRANT_URL`; `server`), through `qdrant-client`: several machines, many writers.
 
 Both embedded engines admit one process at a time, so the store is opened for one operation and
 closed, waiting briefly (`store_access`) when another process holds it. `qdrant_client` is imported
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.choices import ProfileStoreKind
-from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.errors import UserError
 from market_analyst.files import private_dir, private_tree, refuse_under_file
+from market_analyst.persistence.profiles.base import ProfileSession
 from market_analyst.persistence.profiles.edge_setup import (
     Migration,
     ensure_edge_store,
@@ -35,10 +37,10 @@ from market_analyst.persistence.profiles.edge_setup import (
     setup_lock_path,
 )
 from market_analyst.persistence.profiles.fields import checked_changes, point_id_for
-from market_analyst.persistence.profiles.session import ProfileSession
+from market_analyst.persistence.qdrant import edge_shard
+from market_analyst.persistence.qdrant.server import connected, open_server_client
 from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, lock_file, wait_while_busy
-from market_analyst.redaction import redact_url, scrub, secrets_of
-from market_analyst.settings import Settings
+from market_analyst.redaction import redact_url
 from market_analyst.state import Profile, validate_user_id
 
 __all__ = ["Migration", "ProfileSession", "ProfileStore", "point_id_for"]
@@ -74,14 +76,6 @@ class ProfileStore:
         self._now = now
         self._lock_wait_seconds = lock_wait_seconds
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ProfileStore:
-        """The store `settings` describe: `QDRANT_URL` if set, else the embedded engine
-        `MA_PROFILE_STORE` names, in the data directory."""
-        if settings.qdrant_url:
-            return cls(url=settings.qdrant_url, api_key=settings.secret("qdrant_api_key"), now=settings.now)
-        return cls(path=settings.profiles_dir, engine=settings.profile_store, now=settings.now)
-
     @property
     def location(self) -> str:
         """Where the profiles live, for messages (a server URL or a local folder)."""
@@ -92,27 +86,12 @@ class ProfileStore:
 
     @contextmanager
     def _server_session(self, url: str) -> Iterator[ProfileSession]:
-        from market_analyst.persistence.profiles.qdrant import (
-            QdrantClientSession,
-            is_server_error,
-            open_server_client,
-            server_refused,
-        )
+        from market_analyst.persistence.profiles.server import QdrantClientSession
 
-        client = open_server_client(url, self._api_key)
-        try:
+        with connected(
+            lambda: open_server_client(url, self._api_key), location=url, unanswered="; nothing was written"
+        ) as client:
             yield QdrantClientSession(client, now=self._now, server=True)
-        except Exception as exc:
-            if not is_server_error(exc):
-                raise
-            where, reason = redact_url(url), scrub(" ".join(str(exc).split())[:200], secrets_of(url))
-            if server_refused(exc):
-                raise UserError(f"the Qdrant server at {where} refused the request: {reason}") from None
-            raise ServiceUnavailable(
-                f"the Qdrant server at {where} did not answer ({reason}); nothing was written"
-            ) from None
-        finally:
-            client.close()
 
     @contextmanager
     def _edge_session(self, path: Path) -> Iterator[ProfileSession]:
@@ -138,15 +117,15 @@ class ProfileStore:
 
     @contextmanager
     def _local_mode_session(self, path: Path) -> Iterator[ProfileSession]:
-        from market_analyst.persistence.profiles.edge import is_edge_store
-        from market_analyst.persistence.profiles.qdrant import QdrantClientSession, open_local_client
+        from market_analyst.persistence.profiles.local_mode import open_local_client
+        from market_analyst.persistence.profiles.server import QdrantClientSession
 
         def attempt() -> tuple[ExitStack, Any]:
             with ExitStack() as held:
                 # Shared: local-mode users keep a migration to Edge out, not one another (the
                 # folder's own lock does that).
                 held.enter_context(lock_file(setup_lock_path(path), shared=True))
-                if is_edge_store(path):
+                if edge_shard.is_shard(path):
                     raise UserError(
                         f"{path} is a Qdrant Edge store, and MA_PROFILE_STORE=local reads only Qdrant "
                         "local-mode folders: set MA_PROFILE_STORE=edge (the default) to use it"

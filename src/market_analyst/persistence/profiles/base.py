@@ -1,5 +1,6 @@
 """What a profile session does, whatever engine holds the points: read by exact user ID, save whole
-profiles, change single fields, delete. Each engine supplies three point operations."""
+profiles, change single fields, delete. The rules the engines share are here; each engine (`edge`,
+and `server` for a server or a local-mode folder) supplies three point operations."""
 
 from __future__ import annotations
 
