@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from market_analyst.services import discard_embedded_postgres
+from market_analyst.persistence.postgres.embedded import discard_embedded_postgres
 from market_analyst.settings import Settings
 from market_analyst.workflow import start_analysis
 from market_analyst.workflow.approvers import add_approver

@@ -20,8 +20,8 @@ from market_analyst.context import Deps
 from market_analyst.graph import build_graph
 from market_analyst.market_data.snapshot import SnapshotProvider
 from market_analyst.nodes.publish import operation_id_for
-from market_analyst.persistence.archive.directory import ReportArchive
 from market_analyst.persistence.archive.document import build_document, render_document
+from market_analyst.persistence.archive.files import ReportArchive
 from market_analyst.ports import PublishRequest
 from market_analyst.state import Approval, Profile
 
@@ -146,8 +146,9 @@ def run_postgres(n: int = 100_000, repeat: int = 5) -> None:
     """The same reports in the directory archive and in PostgreSQL (an embedded server of its own),
     each listing timed at its p50 on both, side by side; both must give the same answer."""
     from market_analyst.persistence.archive.postgres import PostgresArchive
-    from market_analyst.services import discard_embedded_postgres, embedded_postgres_uri
-    from market_analyst.settings import Settings
+    from market_analyst.persistence.migrate import copy_archive
+    from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
+    from market_analyst.persistence.postgres.server import PostgresServer
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = ReportArchive(Path(tmp) / "reports")
@@ -159,14 +160,9 @@ def run_postgres(n: int = 100_000, repeat: int = 5) -> None:
         print(f"  first directory listing, which builds its index: {cold:.1f} s")
         pgdata = Path(tmp) / "server"
         try:
-            environ = {
-                "MA_DATA_DIR": str(Path(tmp) / "data"),
-                "POSTGRES_URL": embedded_postgres_uri(pgdata),
-                "MA_RECORDS": "postgres",
-            }
-            postgres = PostgresArchive(Settings.load(environ=environ, dotenv=None))
+            postgres = PostgresArchive(PostgresServer(embedded_postgres_uri(pgdata), pgdata))
             start = time.perf_counter()
-            counts = postgres.copy_from(directory)
+            counts = copy_archive(directory, postgres)
             took = time.perf_counter() - start
             assert counts.copied == n and not counts.conflicts and not counts.unreadable, counts
             print(

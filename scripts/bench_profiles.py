@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from market_analyst.persistence.postgres.embedded import discard_embedded_postgres
 from market_analyst.persistence.profiles.store import ProfileStore
-from market_analyst.services import discard_embedded_postgres
 from market_analyst.state import HORIZONS, RISK_TOLERANCES, Profile
 
 ENGINES = {"edge": "Qdrant Edge", "local": "local mode"}

@@ -23,7 +23,7 @@ import httpx
 from bench_approvals import _environment, _start_server
 
 from market_analyst.deps import open_archive
-from market_analyst.services import discard_embedded_postgres, embedded_postgres_uri
+from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
 from market_analyst.settings import Settings
 from market_analyst.workflow import start_analysis
 from market_analyst.workflow.approvers import add_approver

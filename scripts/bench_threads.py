@@ -16,7 +16,7 @@ from pathlib import Path
 from bench_archive import PAGE, TICKERS, drafted_states, median_time
 
 from market_analyst.deps import build_deps
-from market_analyst.services import discard_embedded_postgres, embedded_postgres_uri
+from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
 from market_analyst.settings import Settings
 from market_analyst.workflow.session import open_run
 from market_analyst.workflow.threads import list_threads, record

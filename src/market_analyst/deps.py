@@ -2,13 +2,15 @@
 commands that read or manage a store get it here, and `open_checkpointer` opens the checkpointer.
 Nothing is opened until it is used.
 
-This is the one door to the adapters (`persistence`, `services`): the import contract in
+This is the one door to the adapters (`persistence`), and the only reader of `Settings` among them:
+it turns the settings into the URLs, paths and servers each adapter takes. The import contract in
 `pyproject.toml` (`make lint`) lets no other module above them import one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from market_analyst.context import Deps
@@ -19,16 +21,21 @@ from market_analyst.persistence.approvals.audit import AuditLog
 from market_analyst.persistence.approvals.protocols import Approvers, AuditRecords, Sessions, SignInFailures
 from market_analyst.persistence.approvals.sessions import SessionRecord, SessionStore
 from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
-from market_analyst.persistence.archive.directory import ReportArchive
-from market_analyst.persistence.checkpoints.factory import (
-    embedded_server,
-    open_checkpointer,
-    stop_embedded_server,
-)
+from market_analyst.persistence.archive.files import ReportArchive
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.memory.server import QdrantMemoryStore
+from market_analyst.persistence.postgres.embedded import embedded_server
+from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
-from market_analyst.ports import Analyst, ChatModel, Embedder, MarketDataProvider, ReportStore, ReportSummary
+from market_analyst.ports import (
+    Analyst,
+    ChatModel,
+    CheckpointBackend,
+    Embedder,
+    MarketDataProvider,
+    ReportStore,
+    ReportSummary,
+)
 from market_analyst.settings import Settings
 
 if TYPE_CHECKING:
@@ -65,6 +72,7 @@ __all__ = [
     "open_profiles",
     "open_sessions",
     "open_sign_in_limits",
+    "postgres_server",
     "records_location",
     "stop_embedded_server",
 ]
@@ -125,7 +133,7 @@ def open_archive(settings: Settings) -> ReportStore:
     if settings.records == "postgres":
         from market_analyst.persistence.archive.postgres import PostgresArchive
 
-        return PostgresArchive(settings)
+        return PostgresArchive(postgres_server(settings))
     return ReportArchive(settings.archive_dir)
 
 
@@ -135,9 +143,10 @@ def copy_archive_to_records(
     """Copy the directory archive (`MA_ARCHIVE_DIR`) into the records database, whatever
     `MA_RECORDS` says, reading the directory only: the counts, and where from and to."""
     from market_analyst.persistence.archive.postgres import PostgresArchive
+    from market_analyst.persistence.migrate import copy_archive
 
-    source, target = ReportArchive(settings.archive_dir), PostgresArchive(settings)
-    return target.copy_from(source, progress=progress), source.location, target.location
+    source, target = ReportArchive(settings.archive_dir), PostgresArchive(postgres_server(settings))
+    return copy_archive(source, target, progress=progress), source.location, target.location
 
 
 def copy_approvals_to_records(settings: Settings) -> dict[str, tuple[int, int]]:
@@ -148,17 +157,49 @@ def copy_approvals_to_records(settings: Settings) -> dict[str, tuple[int, int]]:
     from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
     from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
 
+    records = postgres_server(settings)
     return {
-        "approvers": copy_approvers(ApproverStore(settings.data_dir), PostgresApproverStore(settings)),
-        "audit": copy_audit(AuditLog(settings.data_dir / "audit"), PostgresAuditLog(settings)),
+        "approvers": copy_approvers(ApproverStore(settings.data_dir), PostgresApproverStore(records)),
+        "audit": copy_audit(AuditLog(settings.data_dir / "audit"), PostgresAuditLog(records)),
     }
 
 
-def records_location(settings: Settings) -> str:
-    """Where the records database is, for messages, without its password."""
-    from market_analyst.persistence.records import records_location as location
+def postgres_server(settings: Settings) -> PostgresServer:
+    """The PostgreSQL server of the checkpointer and the records database: `POSTGRES_URL`, or the
+    embedded server in the data directory (started when first connected to)."""
+    return PostgresServer(settings.postgres_url, settings.postgres_dir)
 
-    return location(settings)
+
+def records_location(settings: Settings) -> str:
+    """Where the records database is, for messages, without its password (starts nothing)."""
+    return postgres_server(settings).describe("records database")
+
+
+@contextmanager
+def open_checkpointer(settings: Settings) -> Iterator[CheckpointBackend]:
+    """Yield the ready backend that `settings.checkpointer` selects (PostgreSQL, embedded by default or
+    `POSTGRES_URL`, or Redis at `REDIS_URL`): a saver with `setup()` done, the per-thread lease of the
+    same backend, and the errors that mean its server went away. Closed afterwards."""
+    if settings.checkpointer == "postgres":
+        from market_analyst.persistence.checkpoints.postgres import open_postgres
+
+        server = postgres_server(settings)
+        with open_postgres(server.uri(), embedded=server.embedded) as postgres:
+            yield postgres
+    else:
+        from market_analyst.persistence.checkpoints.redis import open_redis
+
+        with open_redis(
+            settings.redis_url, shallow=settings.redis_shallow, lease_ttl_seconds=settings.lease_ttl_seconds
+        ) as redis:
+            yield redis
+
+
+def stop_embedded_server(settings: Settings) -> bool:
+    """Stop the embedded PostgreSQL of the data directory if one runs; True if one was stopped."""
+    from market_analyst.persistence.postgres.embedded import stop_embedded_postgres
+
+    return stop_embedded_postgres(settings.postgres_dir)
 
 
 def open_approvers(settings: Settings) -> Approvers:
@@ -167,7 +208,7 @@ def open_approvers(settings: Settings) -> Approvers:
     if settings.records == "postgres":
         from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
 
-        return PostgresApproverStore(settings)
+        return PostgresApproverStore(postgres_server(settings))
     return ApproverStore(settings.data_dir)
 
 
@@ -178,7 +219,7 @@ def open_sessions(settings: Settings) -> Sessions:
     if settings.records == "postgres":
         from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore
 
-        return PostgresSessionStore(settings, idle=idle, lifetime=lifetime)
+        return PostgresSessionStore(postgres_server(settings), idle=idle, lifetime=lifetime)
     return SessionStore(settings.data_dir, idle=idle, lifetime=lifetime)
 
 
@@ -188,7 +229,7 @@ def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> Sig
     if settings.records == "postgres":
         from market_analyst.persistence.approvals.postgres_sessions import PostgresSignInLimits
 
-        return PostgresSignInLimits(settings, limit=limit, window=window)
+        return PostgresSignInLimits(postgres_server(settings), limit=limit, window=window)
     return SignInLimits(settings.data_dir, limit=limit, window=window)
 
 
@@ -198,7 +239,7 @@ def open_audit(settings: Settings) -> AuditRecords:
     if settings.records == "postgres":
         from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
 
-        return PostgresAuditLog(settings)
+        return PostgresAuditLog(postgres_server(settings))
     return AuditLog(settings.data_dir / "audit")
 
 

@@ -4,8 +4,10 @@ directories, 0600 files) whatever the umask, and a path that cannot be used is o
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from market_analyst.errors import UserError
@@ -97,5 +99,23 @@ def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, refusal: Callable[[OSError], Exception] | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created owner-only) for the block, waiting while another
+    process holds it; the kernel releases it if the process dies. A lock file that cannot be made
+    raises `refusal(error)` when given (a line naming the store), else the `OSError` itself."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    except OSError as exc:
+        if refusal is None:
+            raise
+        raise refusal(exc) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(fd)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.archive.directory import ArchiveError, ReportArchive, render_document
+from market_analyst.persistence.archive.files import ArchiveError, ReportArchive, render_document
 from tests.support.cli import Cli
 
 

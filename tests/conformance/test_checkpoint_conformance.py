@@ -27,8 +27,8 @@ from langgraph.checkpoint.conformance.spec import test_prune as prune_spec
 from langgraph.checkpoint.conformance.spec import test_put as put_spec
 from langgraph.checkpoint.conformance.spec import test_put_writes as put_writes_spec
 
+from market_analyst.deps import open_checkpointer
 from market_analyst.graph import build_graph
-from market_analyst.persistence.checkpoints.factory import open_checkpointer
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
 from market_analyst.settings import Settings
 from tests.support import REPO

@@ -15,7 +15,8 @@ from tests.support import REPO
 # migration that ran twice (two rows), an index in version 2 shows one applied on top.
 CHILD = r"""
 import sys
-from market_analyst.persistence.records import records_connection
+from market_analyst.deps import postgres_server
+from market_analyst.persistence.postgres.records import records_connection
 from market_analyst.settings import Settings
 
 versions = int(sys.argv[2])
@@ -24,7 +25,7 @@ migrations = [
     "CREATE INDEX probe_n ON probe (n); INSERT INTO probe VALUES (2)",
 ][:versions]
 settings = Settings.load({"POSTGRES_URL": sys.argv[1], "MA_DATA_DIR": sys.argv[3]}, dotenv=None)
-with records_connection(settings, "probe", migrations) as conn:
+with records_connection(postgres_server(settings), "probe", migrations) as conn:
     print(conn.execute("SELECT count(*) AS n FROM probe").fetchone()["n"])
 """
 

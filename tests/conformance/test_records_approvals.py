@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from market_analyst.deps import postgres_server
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.persistence.approvals.approvers import ApproverStore
 from market_analyst.persistence.approvals.audit import AuditLog
@@ -46,8 +47,8 @@ def test_the_file_stores_copy_into_postgres_once_and_their_tokens_keep_working(
         log.append(_event(n, actor="zed" if n == 3 else "bob"))
     log.erase_user("zed", "2026-01-03T00:00:00+00:00")  # an erased entry and its erasure copy as they are
 
-    approvers = PostgresApproverStore(records_settings(postgres_url, tmp_path / "data"))
-    audit = PostgresAuditLog(records_settings(postgres_url, tmp_path / "data"))
+    approvers = PostgresApproverStore(postgres_server(records_settings(postgres_url, tmp_path / "data")))
+    audit = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
     assert copy_approvers(files, approvers) == (3, 0)  # two approvers and the session secret
     assert copy_audit(log, audit) == (6, 0)
     assert approvers.authenticate(kim).name == "kim" and approvers.authenticate(lee).role == "reviewer"
@@ -88,7 +89,7 @@ def test_a_damaged_file_log_is_not_copied(tmp_path: Path, postgres_url: str):
     log.append(_event(1))
     log.append(_event(2))
     log.path.write_bytes(log.path.read_bytes().replace(b"note 1", b"note X"))
-    target = PostgresAuditLog(records_settings(postgres_url, tmp_path / "data"))
+    target = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
     with pytest.raises(UserError, match="does not verify .entry 1 was changed"):
         copy_audit(log, target)
     assert target.verify().entries == 0
@@ -96,7 +97,7 @@ def test_a_damaged_file_log_is_not_copied(tmp_path: Path, postgres_url: str):
 
 def test_postgres_stores_behave_as_their_file_twins(tmp_path: Path, postgres_url: str):
     settings = records_settings(postgres_url, tmp_path / "data")
-    approvers = PostgresApproverStore(settings)
+    approvers = PostgresApproverStore(postgres_server(settings))
     token = approvers.add("kim", "2026-01-01T00:00:00+00:00")
     with pytest.raises(UserError, match="approver 'kim' exists"):
         approvers.add("kim", "2026-01-01T00:00:00+00:00")
@@ -105,12 +106,12 @@ def test_postgres_stores_behave_as_their_file_twins(tmp_path: Path, postgres_url
     assert approvers.authenticate(token).name == "kim" and approvers.recognised(token).name == "kim"
     assert approvers.authenticate(f"{token_id}.{secret[:-1]}x") is None and approvers.knows_token_id(token_id)
     assert approvers.set_role("kim", "reviewer") and approvers.role_of("kim") == "reviewer"
-    other_process = PostgresApproverStore(settings)
+    other_process = PostgresApproverStore(postgres_server(settings))
     assert other_process.remove("kim") and not other_process.remove("kim")
     assert approvers.recognised(token) is None and approvers.authenticate(token) is None  # removed elsewhere
     assert approvers.current("kim", token_id) is None and approvers.role_of("kim") is None
 
-    sessions = PostgresSessionStore(settings, idle=10, lifetime=30)
+    sessions = PostgresSessionStore(postgres_server(settings), idle=10, lifetime=30)
     session_id, record = sessions.create(name="a", token_id="t", client="c" * 100, now=1000.0)
     assert len(record.client) == 64 and not (tmp_path / "data" / "sessions").exists()
     assert sessions.find(session_id, 1009.0) == record and sessions.find(session_id, 1010.0) is None
@@ -126,7 +127,7 @@ def test_postgres_stores_behave_as_their_file_twins(tmp_path: Path, postgres_url
     assert [s.client for s in sessions.sessions("b", 2005.0)] == ["10.0.0.0", "10.0.0.1", "10.0.0.2"]
     assert sessions.revoke_all("b") == 3 and sessions.sessions("b", 2005.0) == []
 
-    limits = PostgresSignInLimits(settings, limit=2, window=60)
+    limits = PostgresSignInLimits(postgres_server(settings), limit=2, window=60)
     limits.failed("k", 1000.0)
     limits.failed("k", 1030.0)
     assert limits.failures("k", 1031.0) == 2 and limits.retry_after("k", 1031.0) == 29.0
@@ -191,7 +192,7 @@ def test_a_records_database_that_drops_the_connection_or_loses_the_head_row_is_o
     tmp_path: Path, postgres_url: str
 ):
     settings = records_settings(postgres_url, tmp_path / "data")
-    limits = PostgresSignInLimits(settings, limit=5, window=60)
+    limits = PostgresSignInLimits(postgres_server(settings), limit=5, window=60)
     limits.failures("k", 1000.0)  # the tables exist
     with pytest.raises(ServiceUnavailable, match="stopped answering.*run the command again"):
         with limits.turn("k"), psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -201,7 +202,7 @@ def test_a_records_database_that_drops_the_connection_or_loses_the_head_row_is_o
             )
     assert limits.failures("k", 1000.0) == 0  # the next operation connects again
 
-    log = PostgresAuditLog(settings)
+    log = PostgresAuditLog(postgres_server(settings))
     log.append(_event(1))
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute("DELETE FROM ma_audit_head")

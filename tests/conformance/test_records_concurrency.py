@@ -12,9 +12,11 @@ from pathlib import Path
 
 import psycopg
 
+from market_analyst.deps import postgres_server
 from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
 from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
 from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore, PostgresSignInLimits
+from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.settings import Settings
 from tests.support import REPO
 
@@ -23,6 +25,7 @@ EACH = 25
 PRELUDE = """
 import json, sys, time
 from pathlib import Path
+from market_analyst.deps import postgres_server
 from market_analyst.settings import Settings
 worker, go = sys.argv[1], Path(sys.argv[2])
 settings = Settings.load(environ={"MA_DATA_DIR": sys.argv[3], "POSTGRES_URL": sys.argv[4],
@@ -32,7 +35,7 @@ settings = Settings.load(environ={"MA_DATA_DIR": sys.argv[3], "POSTGRES_URL": sy
 APPENDER = """
 from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
 from market_analyst.ports import AuditEvent
-log = PostgresAuditLog(settings)
+log = PostgresAuditLog(postgres_server(settings))
 while not go.exists():
     time.sleep(0.005)
 for n in range(%(each)d):
@@ -44,7 +47,7 @@ for n in range(%(each)d):
 
 APPROVER_WRITER = """
 from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
-store = PostgresApproverStore(settings)
+store = PostgresApproverStore(postgres_server(settings))
 while not go.exists():
     time.sleep(0.005)
 tokens = {}
@@ -60,7 +63,7 @@ print(json.dumps({"tokens": tokens, "secret": secrets.pop()}))
 
 SESSION_WRITER = """
 from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore
-store = PostgresSessionStore(settings, idle=3600, lifetime=7200)
+store = PostgresSessionStore(postgres_server(settings), idle=3600, lifetime=7200)
 while not go.exists():
     time.sleep(0.005)
 made, revoked = [], []
@@ -77,7 +80,7 @@ print(json.dumps({"made": made, "revoked": revoked}))
 
 LIMIT_WRITER = """
 from market_analyst.persistence.approvals.postgres_sessions import PostgresSignInLimits
-limits = PostgresSignInLimits(settings, limit=10**6, window=3600)
+limits = PostgresSignInLimits(postgres_server(settings), limit=10**6, window=3600)
 counter = Path(sys.argv[3]) / "counter"
 while not go.exists():
     time.sleep(0.005)
@@ -91,9 +94,9 @@ for n in range(%(each)d):
 """
 
 
-def _settings(postgres_url: str, data_dir: Path) -> Settings:
+def _server(postgres_url: str, data_dir: Path) -> PostgresServer:
     environ = {"MA_DATA_DIR": str(data_dir), "POSTGRES_URL": postgres_url, "MA_RECORDS": "postgres"}
-    return Settings.load(environ=environ, dotenv=None)
+    return postgres_server(Settings.load(environ=environ, dotenv=None))
 
 
 def _run_at_once(tmp_path: Path, postgres_url: str, script: str, writers: int) -> list[str]:
@@ -130,7 +133,7 @@ def _run_at_once(tmp_path: Path, postgres_url: str, script: str, writers: int) -
 
 def test_eight_processes_appending_at_once_keep_one_chain_and_lose_nothing(tmp_path: Path, postgres_url: str):
     _run_at_once(tmp_path, postgres_url, APPENDER, 8)
-    log = PostgresAuditLog(_settings(postgres_url, tmp_path / "data"))
+    log = PostgresAuditLog(_server(postgres_url, tmp_path / "data"))
     entries = log.entries()
     assert [e["seq"] for e in entries] == list(range(1, 8 * EACH + 1))
     assert sorted(e["event_id"] for e in entries) == sorted(
@@ -148,7 +151,7 @@ def test_approvers_added_and_removed_by_several_processes_at_once_are_all_kept(
     tmp_path: Path, postgres_url: str
 ):
     outputs = [json.loads(out) for out in _run_at_once(tmp_path, postgres_url, APPROVER_WRITER, 6)]
-    store = PostgresApproverStore(_settings(postgres_url, tmp_path / "data"))
+    store = PostgresApproverStore(_server(postgres_url, tmp_path / "data"))
     kept = {name: token for written in outputs for name, token in written["tokens"].items()}
     assert [a.name for a in store.list()] == sorted(kept) and len(kept) == 6 * 4
     assert all(store.authenticate(token).name == name for name, token in kept.items())
@@ -158,7 +161,7 @@ def test_approvers_added_and_removed_by_several_processes_at_once_are_all_kept(
 
 def test_sessions_written_by_several_processes_at_once_are_all_there(tmp_path: Path, postgres_url: str):
     outputs = [json.loads(out) for out in _run_at_once(tmp_path, postgres_url, SESSION_WRITER, 6)]
-    store = PostgresSessionStore(_settings(postgres_url, tmp_path / "data"), idle=3600, lifetime=7200)
+    store = PostgresSessionStore(_server(postgres_url, tmp_path / "data"), idle=3600, lifetime=7200)
     now = time.time()
     for n, written in enumerate(outputs):
         live = store.sessions(f"w{n}", now)
@@ -173,7 +176,7 @@ def test_sessions_written_by_several_processes_at_once_are_all_there(tmp_path: P
 
 def test_failures_counted_by_several_processes_at_once_are_all_counted(tmp_path: Path, postgres_url: str):
     _run_at_once(tmp_path, postgres_url, LIMIT_WRITER, 6)
-    limits = PostgresSignInLimits(_settings(postgres_url, tmp_path / "data"), limit=10**6, window=3600)
+    limits = PostgresSignInLimits(_server(postgres_url, tmp_path / "data"), limit=10**6, window=3600)
     now = time.time()
     assert limits.failures("shared", now) == 6 * EACH
     assert all(limits.failures(f"own:w{n}", now) == EACH for n in range(6))

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from market_analyst.deps import build_deps
+from market_analyst.deps import build_deps, open_checkpointer
 from market_analyst.errors import ThreadBusy
 from market_analyst.graph import build_graph
-from market_analyst.persistence.checkpoints.factory import open_checkpointer
 from market_analyst.persistence.checkpoints.redis import FENCE_PREFIX, LEASE_PREFIX, LeaseLost
 from market_analyst.settings import Settings
 from tests.support.cli import Cli, clean_environ, unique_id

@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from market_analyst.deps import build_deps, open_audit
+from market_analyst.deps import build_deps, open_audit, open_checkpointer
 from market_analyst.errors import UserError
 from market_analyst.graph import build_graph
 from market_analyst.nodes import human_review
-from market_analyst.persistence.archive.directory import ReportArchive
-from market_analyst.persistence.checkpoints.factory import open_checkpointer
+from market_analyst.persistence.archive.files import ReportArchive
 from market_analyst.settings import Settings
 from market_analyst.workflow import approve_thread, reject_thread, start_analysis, thread_status
 from tests.support.backends import BACKENDS, checkpointer_env

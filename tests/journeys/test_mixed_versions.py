@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from market_analyst.deps import build_deps
+from market_analyst.deps import build_deps, open_checkpointer
 from market_analyst.graph import build_graph
-from market_analyst.persistence.checkpoints.factory import open_checkpointer
 from market_analyst.settings import Settings
 from tests.support.cli import Cli, unique_id
 from tests.support.services import RedisServer

@@ -172,7 +172,7 @@ def test_a_stale_row_corrected_by_a_listing_is_dated_by_the_thread_not_the_row(o
     """A listing that finds a row behind its thread (a command killed between its checkpoint and its
     row, or a listing racing it) corrects it with the thread's own time, so a thread rejected just
     now is not pruned as if it had finished when it started."""
-    from market_analyst.persistence.checkpoints.factory import open_checkpointer
+    from market_analyst.deps import open_checkpointer
     from market_analyst.ports import ThreadRow
     from market_analyst.settings import Settings
 
@@ -270,9 +270,8 @@ def test_a_draft_older_than_the_limit_is_refused_without_allow_stale(cli: Cli):
 
 @both_backends
 def test_a_checkpoint_holding_a_type_outside_the_allow_list_is_refused(cli: Cli):
-    from market_analyst.deps import build_deps
+    from market_analyst.deps import build_deps, open_checkpointer
     from market_analyst.graph import build_graph
-    from market_analyst.persistence.checkpoints.factory import open_checkpointer
     from market_analyst.settings import Settings
     from market_analyst.workflow.views import config_for
     from tests.support.planted import Planted, PlantedTime
@@ -360,7 +359,7 @@ def test_the_thread_index_keeps_every_row_when_processes_write_at_once(own_store
     """Six `analyze` at once, then decisions and listings at once on the same threads: every thread
     keeps its own row (no row lost, no field from another thread), and the listing shows each
     thread's status as its saved state has it."""
-    from market_analyst.persistence.checkpoints.factory import open_checkpointer
+    from market_analyst.deps import open_checkpointer
     from market_analyst.ports import ThreadQuery
     from market_analyst.settings import Settings
 

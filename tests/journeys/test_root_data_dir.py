@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from market_analyst.services import ROOT_SERVER_HOME, discard_embedded_postgres
+from market_analyst.persistence.postgres.embedded import ROOT_SERVER_HOME, discard_embedded_postgres
 from tests.support.cli import Cli, clean_environ, unique_id
 
 pytestmark = pytest.mark.skipif(

@@ -33,7 +33,7 @@ def hold_lease(thread_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 if __name__ == "__main__":
-    from market_analyst.persistence.checkpoints.factory import open_checkpointer
+    from market_analyst.deps import open_checkpointer
     from market_analyst.settings import Settings
 
     with open_checkpointer(Settings.load(dotenv=None)) as backend, backend.lease(sys.argv[1]):

@@ -14,8 +14,8 @@ from market_analyst.context import Deps
 from market_analyst.graph import build_graph
 from market_analyst.market_data.snapshot import SnapshotProvider
 from market_analyst.nodes.publish import operation_id_for
-from market_analyst.persistence.archive.directory import ReportArchive
 from market_analyst.persistence.archive.document import build_document, render_document
+from market_analyst.persistence.archive.files import ReportArchive
 from market_analyst.ports import PublishRequest
 from market_analyst.state import Approval
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from market_analyst.services import discard_embedded_postgres, embedded_postgres_uri
+from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
 from tests.support import REPO
 
 LIBSSL_SCRIPT = REPO / "scripts" / "fetch-libssl.sh"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from market_analyst.services import embedded_postgres_uri
+from market_analyst.persistence.postgres.embedded import embedded_postgres_uri
 from tests.support import REPO
 from tests.support.cli import Cli, clean_environ
 from tests.support.retry import retry_while_busy

@@ -46,8 +46,8 @@ def test_the_import_contracts_hold():
         # The CLI opening the archive itself instead of going through the factory.
         (
             "cli/reports.py",
-            "import market_analyst.persistence.archive.directory",
-            "Adapters (persistence, services)",
+            "import market_analyst.persistence.archive.files",
+            "Adapters (persistence)",
         ),
     ],
 )

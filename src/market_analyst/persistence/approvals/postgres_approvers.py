@@ -23,8 +23,8 @@ from market_analyst.persistence.approvals.approvers import (
     _verifies,
     well_formed,
 )
-from market_analyst.persistence.approvals.tables import RecordsTables
-from market_analyst.settings import Settings
+from market_analyst.persistence.postgres.records import RecordsTables
+from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.state import validate_user_id
 
 COMPONENT = "approvers"
@@ -56,8 +56,8 @@ def _approver(row: dict[str, Any]) -> Approver:
 class PostgresApproverStore:
     """The approvers and the session secret in the records database that `settings` name."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.tables = RecordsTables(settings, COMPONENT, MIGRATIONS)
+    def __init__(self, server: PostgresServer) -> None:
+        self.tables = RecordsTables(server, COMPONENT, MIGRATIONS)
         self._verified: dict[bytes, tuple[str, str]] = {}  # token digest -> (name, token ID)
         self._lock = threading.Lock()
 

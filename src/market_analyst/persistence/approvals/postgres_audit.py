@@ -25,9 +25,9 @@ from market_analyst.persistence.approvals.audit import (
     next_entry,
     verify_chain,
 )
-from market_analyst.persistence.approvals.tables import RecordsTables
+from market_analyst.persistence.postgres.records import RecordsTables
+from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.ports import AuditEvent
-from market_analyst.settings import Settings
 
 COMPONENT = "audit"
 MIGRATIONS = (
@@ -66,8 +66,8 @@ def _parse(body: str, seq: int) -> dict[str, Any]:
 class PostgresAuditLog:
     """The hash-chained audit log in the records database that `settings` name."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.tables = RecordsTables(settings, COMPONENT, MIGRATIONS)
+    def __init__(self, server: PostgresServer) -> None:
+        self.tables = RecordsTables(server, COMPONENT, MIGRATIONS)
 
     # -- writing ----------------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from market_analyst.persistence.approvals.sessions import _KEY_LENGTH, SessionRecord, session_key
-from market_analyst.persistence.approvals.tables import RecordsTables
-from market_analyst.settings import Settings
+from market_analyst.persistence.postgres.records import RecordsTables
+from market_analyst.persistence.postgres.server import PostgresServer
 
 SESSIONS = "sessions"
 SESSION_MIGRATIONS = (
@@ -59,8 +59,8 @@ def _record(row: dict[str, Any]) -> SessionRecord:
 class PostgresSessionStore:
     """Session rows, ended after `idle` seconds unused or `lifetime` seconds after sign-in."""
 
-    def __init__(self, settings: Settings, *, idle: float, lifetime: float) -> None:
-        self.tables = RecordsTables(settings, SESSIONS, SESSION_MIGRATIONS)
+    def __init__(self, server: PostgresServer, *, idle: float, lifetime: float) -> None:
+        self.tables = RecordsTables(server, SESSIONS, SESSION_MIGRATIONS)
         self.idle = idle
         self.lifetime = lifetime
 
@@ -146,8 +146,8 @@ class PostgresSignInLimits:
     host. Failures older than the window are deleted as new ones are counted, so the table keeps
     only the last window's."""
 
-    def __init__(self, settings: Settings, *, limit: int, window: float) -> None:
-        self.tables = RecordsTables(settings, LIMITS, LIMIT_MIGRATIONS)
+    def __init__(self, server: PostgresServer, *, limit: int, window: float) -> None:
+        self.tables = RecordsTables(server, LIMITS, LIMIT_MIGRATIONS)
         self.limit = limit
         self.window = window
 

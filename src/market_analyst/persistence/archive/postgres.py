@@ -5,10 +5,10 @@ Each document is one row under its key, with its operation ID unique too: two ho
 same operation get one row and the second finds it; other content under the same key or operation is
 refused, never overwritten. The row keeps the document's exact bytes (`body`, what the directory
 archive writes to its file, Markdown rendering included) and the JSONB document derived from them, so
-`reports show` is unchanged and a copy made by `records migrate` is checked byte for byte (by SHA-256
-in the server, without sending the documents back). Listing and search read indexed columns (newest
-first, by ticker, by user) and a `tsvector` with a GIN index for text. Every operation opens its own
-connection, so no process holds the database between requests.
+`reports show` is unchanged and a copy made by `records migrate` (`persistence/migrate.py`) is
+checked byte for byte (by SHA-256 in the server, without sending the documents back). Listing and
+search read indexed columns (newest first, by ticker, by user) and a `tsvector` with a GIN index for
+text. Every operation opens its own connection, so no process holds the database between requests.
 """
 
 from __future__ import annotations
@@ -18,19 +18,17 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from market_analyst.errors import ServiceUnavailable
-from market_analyst.persistence.archive.directory import ArchiveError, ReportArchive, valid_key
-from market_analyst.persistence.archive.document import build_document, parse_document, render_document
+from market_analyst.persistence.archive.base import Archive, ArchiveError, Query, settle_repeat, valid_key
+from market_analyst.persistence.archive.document import render_document
 from market_analyst.persistence.archive.index import search_text
-from market_analyst.persistence.records import records_connection
-from market_analyst.ports import Listing, PublishRequest, PublishResult, ReportSummary
-from market_analyst.redaction import redact_url
-from market_analyst.settings import Settings
+from market_analyst.persistence.postgres.records import records_connection
+from market_analyst.persistence.postgres.server import PostgresServer
+from market_analyst.ports import Listing, PublishResult, ReportSummary
 
 COMPONENT = "archive"
 # Version N is MIGRATIONS[N-1], one statement each; a released migration is never edited, a change is
@@ -71,8 +69,8 @@ _VALUES = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _DIGESTS = (
     "SELECT key, sha256(convert_to(body, 'UTF8')) AS digest FROM ma_archive_reports WHERE key = ANY(%s)"
 )
-# Rows a migration sends in one transaction: few enough that a killed copy loses little work.
-COPY_BATCH = 500
+# A document on its way in from another archive: its key, the document and its exact bytes.
+StoredDocument = tuple[str, dict[str, Any], bytes]
 
 
 def _row(key: str, document: dict[str, Any]) -> tuple[Any, ...]:
@@ -112,23 +110,21 @@ class CopyCounts:
     unreadable: list[str] = field(default_factory=list)
 
 
-class PostgresArchive:
-    """The archive's documents in the records database; see the module docstring."""
+class PostgresArchive(Archive):
+    """The archive's documents in the records database on `server`; see the module docstring."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, server: PostgresServer) -> None:
+        self.server = server
 
     @property
     def location(self) -> str:
         """The records database, without its password."""
-        if self.settings.postgres_url:
-            return f"the PostgreSQL archive at {redact_url(self.settings.postgres_url)}"
-        return f"the PostgreSQL archive in the embedded server at {self.settings.postgres_dir}"
+        return self.server.describe("archive")
 
     @contextmanager
     def _connect(self) -> Iterator[Any]:
         try:
-            with records_connection(self.settings, COMPONENT, MIGRATIONS) as conn:
+            with records_connection(self.server, COMPONENT, MIGRATIONS) as conn:
                 yield conn
         except psycopg.OperationalError as exc:  # the server went away mid-operation
             raise ServiceUnavailable(
@@ -141,11 +137,6 @@ class PostgresArchive:
             return "ok"
 
     # -- writing ----------------------------------------------------------------------------------
-
-    def publish_report(self, request: PublishRequest) -> PublishResult:
-        """Publish the document of an approved draft under its operation's key (`ports.ArchiveWriter`)."""
-        document = build_document(request)
-        return self.publish(document["key"], document)
 
     def publish(self, key: str, document: dict[str, Any]) -> PublishResult:
         """Store `document` under `key` once; a repeat of the same document returns the stored one.
@@ -165,14 +156,7 @@ class PostgresArchive:
                     f"operation {document.get('operation_id')} was already published under archive key "
                     f"{other}; refusing to publish it again under {key}"
                 )
-        if render_document(existing) != payload:
-            if existing.get("operation_id") != document.get("operation_id"):
-                raise ArchiveError(f"archive key {key} already holds another operation's report")
-            raise ArchiveError(
-                f"operation {document.get('operation_id')} was already published with different content "
-                f"({self.location}, key {key}); refusing to overwrite it"
-            )
-        return PublishResult(key, existing, False)
+        return settle_repeat(key, document, payload, existing, f"{self.location}, key {key}")
 
     def _insert(self, conn: Any, key: str, document: dict[str, Any], payload: bytes) -> bool:
         """Insert the row unless the key or operation is taken; True if this call inserted it."""
@@ -222,27 +206,18 @@ class PostgresArchive:
             cur.execute("SELECT key FROM ma_archive_reports ORDER BY key")
             return [row["key"] for row in cur.fetchall()]
 
-    def search(
-        self,
-        *,
-        ticker: str | None = None,
-        user_id: str | None = None,
-        text: str | None = None,
-        limit: int = 1_000_000,
-    ) -> Listing:
-        """The newest `limit` reports matching every filter given (ticker and user exactly, text as a
-        case-blind substring of the report, found through the full-text index), and how many more
-        matched. The filters mean what they mean on the directory archive."""
+    def _search(self, query: Query) -> Listing:
+        """The reports `query` asks for, through the indexed columns and the full-text index."""
         where: list[str] = []
         args: list[Any] = []
-        if ticker:
+        if query.ticker:
             where.append("ticker = %s")
-            args.append(ticker.upper())
-        if user_id:
+            args.append(query.ticker.upper())
+        if query.user_id:
             where.append("user_id = %s")
-            args.append(user_id)
-        if text:
-            clause, values = _text_query(text)
+            args.append(query.user_id)
+        if query.text:
+            clause, values = _text_query(query.text)
             where.append(clause)
             args.extend(values)
         condition = (" WHERE " + " AND ".join(where)) if where else ""
@@ -250,51 +225,29 @@ class PostgresArchive:
             cur.execute(
                 f"SELECT {_SUMMARY} FROM ma_archive_reports{condition} "
                 "ORDER BY created_at DESC, key DESC LIMIT %s",
-                [*args, limit],
+                [*args, query.limit],
             )
             reports = [ReportSummary(**row) for row in cur.fetchall()]
             more = 0
-            if len(reports) == limit:  # only a full page can have more behind it
+            if len(reports) == query.limit:  # only a full page can have more behind it
                 cur.execute(f"SELECT count(*) AS n FROM ma_archive_reports{condition}", args)
                 row = cur.fetchone()
                 more = max(0, int(row["n"]) - len(reports)) if row else 0
         return Listing(reports, [], more)
 
-    def list(self) -> Listing:
-        """Every report, newest first."""
-        return self.search()
+    # -- copying another archive in (`persistence.migrate`) ---------------------------------------
 
-    # -- copying a directory archive in -----------------------------------------------------------
-
-    def copy_from(
-        self,
-        source: ReportArchive,
-        *,
-        batch: int = COPY_BATCH,
-        progress: Callable[[CopyCounts], None] | None = None,
-    ) -> CopyCounts:
-        """Copy every document of the directory archive `source` here, reading the source only.
-
-        Each batch is one transaction: the documents not yet here are inserted where neither key nor
-        operation is taken, then every document of the batch is compared with its source file by the
-        SHA-256 of its stored bytes. One here with other content is a conflict and is left alone. A
-        copy killed part-way loses at most the batch in flight, and running it again finds the rest
-        already present."""
-        counts = CopyCounts()
-        keys = _source_keys(source)
+    @contextmanager
+    def copying(self, counts: CopyCounts) -> Iterator[Callable[[Sequence[StoredDocument]], None]]:
+        """One connection for a copy in: yields what stores one batch of documents (in one
+        transaction, counted in `counts`), and refreshes the planner's statistics once the copy is
+        done, so listings use the indexes at once."""
         with self._connect() as conn:
-            for start in range(0, len(keys), batch):
-                chunk = [_read_source(source, key, counts) for key in keys[start : start + batch]]
-                self._copy_batch(conn, [item for item in chunk if item is not None], counts)
-                if progress is not None:
-                    progress(counts)
-            if counts.copied:  # the planner's statistics, so listings use the indexes at once
+            yield lambda items: self._copy_batch(conn, items, counts)
+            if counts.copied:
                 conn.execute("ANALYZE ma_archive_reports")
-        return counts
 
-    def _copy_batch(
-        self, conn: Any, items: Sequence[tuple[str, dict[str, Any], bytes]], counts: CopyCounts
-    ) -> None:
+    def _copy_batch(self, conn: Any, items: Sequence[StoredDocument], counts: CopyCounts) -> None:
         if not items:
             return
         keys = [key for key, _, _ in items]
@@ -328,39 +281,10 @@ class PostgresArchive:
             ) from None
 
 
-def source_name(items: Sequence[tuple[str, dict[str, Any], bytes]]) -> str:
+def source_name(items: Sequence[StoredDocument]) -> str:
     """The keys of a batch, for a message."""
     return f"the batch {items[0][0]} .. {items[-1][0]}"
 
 
 def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _source_keys(source: ReportArchive) -> list[str]:
-    """The document names in the source directory, without opening or indexing anything there."""
-    if source.root.exists() and not source.root.is_dir():
-        raise ArchiveError(
-            f"MA_ARCHIVE_DIR {source.root} is a file, not a directory: point it at a directory"
-        )
-    return source.keys()
-
-
-def _read_source(
-    source: ReportArchive, key: str, counts: CopyCounts
-) -> tuple[str, dict[str, Any], bytes] | None:
-    """A source document and its exact bytes, or None (with a line in `counts.unreadable`)."""
-    try:
-        path: Path = source.path_for(key)
-        data = path.read_bytes()
-        document = parse_document(data)
-    except ArchiveError as exc:
-        counts.unreadable.append(str(exc))
-        return None
-    except OSError as exc:
-        counts.unreadable.append(f"cannot read {source.root / (key + '.json')}: {exc.strerror}")
-        return None
-    except ValueError as exc:
-        counts.unreadable.append(f"{source.root / (key + '.json')} is not a valid report: {exc}")
-        return None
-    return key, document, data

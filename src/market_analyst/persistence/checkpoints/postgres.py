@@ -1,4 +1,5 @@
 """The PostgreSQL checkpointer: `PostgresSaver` on the embedded server or `POSTGRES_URL`, plus its lease.
+The connection and the set-up lock are `persistence.postgres`'s, shared with the records database.
 
 The lease is a session advisory lock on a connection of its own, released by the server when the
 session ends, so a killed process frees it at once.
@@ -7,20 +8,17 @@ session ends, so a killed process frees it at once.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
-from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
-from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
+from market_analyst.errors import ThreadBusy
 from market_analyst.persistence.checkpoints.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
+from market_analyst.persistence.postgres.connect import postgres_connect, setup_lock
 from market_analyst.redaction import redact_url
-from market_analyst.settings import Settings
 
 # A fixed advisory-lock key that serialises schema set-up between processes starting at once.
 _SETUP_LOCK_KEY = 0x6D615F7365747570  # "ma_setup"
@@ -33,56 +31,6 @@ def advisory_key(thread_id: str) -> int:
     return int.from_bytes(
         hashlib.sha256(f"market-analyst:{thread_id}".encode()).digest()[:8], "big", signed=True
     )
-
-
-# Failures that mean the server's address or login is wrong (the user's to fix), not that it is down.
-_CONFIG_PROBLEMS = (
-    "password authentication failed",
-    "does not exist",
-    "no password supplied",
-    "could not translate host name",
-    "invalid",
-    "authentication",
-)
-
-
-def _reason(exc: Exception) -> str:
-    """The first informative line of a psycopg error, without its 'connection failed:' prefix."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    first = lines[0] if lines else type(exc).__name__
-    return first.removeprefix("connection failed: ").rstrip(".")
-
-
-def postgres_connect(uri: str, description: str, *, embedded: bool = False) -> Any:
-    """An autocommit psycopg connection; a bad address or login is a `UserError`, a server that does not
-    answer is `ServiceUnavailable`, each naming the server without its password."""
-    try:
-        return psycopg.Connection.connect(
-            uri,
-            autocommit=True,
-            prepare_threshold=0,
-            row_factory=dict_row,
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        )
-    except psycopg.ProgrammingError as exc:  # not a connection string at all
-        raise UserError(
-            f"POSTGRES_URL is not a PostgreSQL URL or key=value connection string ({description}): "
-            f"{_reason(exc)}; use postgresql://user:password@host:5432/database"
-        ) from None
-    except psycopg.OperationalError as exc:
-        reason = _reason(exc)
-        if embedded:
-            raise ServiceUnavailable(
-                f"the embedded PostgreSQL at {description} did not answer ({reason}); nothing was written: "
-                "run the command again, which starts it again ('market-analyst db status' shows it)"
-            ) from None
-        if any(problem in reason for problem in _CONFIG_PROBLEMS):
-            raise UserError(f"PostgreSQL at {description} refused the connection: {reason}") from None
-        raise ServiceUnavailable(
-            f"cannot connect to PostgreSQL at {description}: {reason}; nothing was written. Start it "
-            "('docker compose up -d postgres') and run the command again, or unset POSTGRES_URL to use "
-            "the embedded server"
-        ) from None
 
 
 @dataclass
@@ -142,14 +90,6 @@ class PostgresBackend:
             return [row["thread_id"] for row in cur.fetchall()]
 
 
-def _postgres_uri(settings: Settings) -> str:
-    if settings.postgres_url:
-        return settings.postgres_url
-    from market_analyst.services import embedded_postgres_uri
-
-    return embedded_postgres_uri(settings.postgres_dir)
-
-
 def _schema_current(conn: Any, saver: Any) -> bool:
     """True when the saver's migrations have all been applied (read in one short statement)."""
     with conn.cursor() as cur:
@@ -182,37 +122,11 @@ def _ensure_schema(conn: Any, saver: Any) -> None:
 
 
 @contextmanager
-def setup_lock(cur: Any, key: int, wait_seconds: float, what: str) -> Iterator[None]:
-    """Hold advisory lock `key` while tables are created: poll `pg_try_advisory_lock` (a statement
-    that returns at once, so nothing stays open between tries; see `_ensure_schema`) for up to
-    `wait_seconds`, then `ServiceUnavailable` naming `what`; unlocked on the way out."""
-    deadline = time.monotonic() + wait_seconds
-    pause = 0.02
-    while True:
-        cur.execute("SELECT pg_try_advisory_lock(%s) AS locked", (key,))
-        row = cur.fetchone()
-        if row and row["locked"]:
-            break
-        if time.monotonic() > deadline:
-            raise ServiceUnavailable(
-                f"another command has been creating {what} for {wait_seconds:g} s; "
-                "nothing was written: run the command again"
-            )
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
-    try:
-        yield
-    finally:
-        cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
-
-@contextmanager
-def open_postgres(settings: Settings) -> Iterator[PostgresBackend]:
-    """Connect, make sure the checkpoint tables exist, and yield the backend; close it afterwards."""
+def open_postgres(uri: str, *, embedded: bool = False) -> Iterator[PostgresBackend]:
+    """Connect to `uri` (the embedded server's, when `embedded`), make sure the checkpoint tables
+    exist, and yield the backend; close it afterwards."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    embedded = not settings.postgres_url
-    uri = _postgres_uri(settings)
     description = redact_url(uri)
     conn = postgres_connect(uri, description, embedded=embedded)
     try:

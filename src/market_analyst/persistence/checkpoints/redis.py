@@ -29,7 +29,6 @@ from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
 from market_analyst.persistence.checkpoints.thread_index import RedisThreadIndex
 from market_analyst.redaction import redact_url
-from market_analyst.settings import Settings
 
 # Module versions are encoded as major*10000 + minor*100 + patch.
 MIN_SEARCH_VERSION = 20600
@@ -302,18 +301,20 @@ def _setup(saver: Any) -> None:
 
 
 @contextmanager
-def open_redis(settings: Settings) -> Iterator[RedisBackend]:
-    """Connect to `REDIS_URL`, check the server, set up the saver's indexes and yield the backend."""
+def open_redis(url: str | None, *, shallow: bool, lease_ttl_seconds: float) -> Iterator[RedisBackend]:
+    """Connect to `url` (`REDIS_URL`), check the server, set up the saver's indexes and yield the
+    backend: the shallow saver (the latest checkpoint of each thread only) when `shallow`, and leases
+    that last `lease_ttl_seconds` unless renewed."""
     from redis import Redis
 
-    if not settings.redis_url:
+    if not url:
         raise UserError(
             "MA_CHECKPOINTER=redis needs REDIS_URL (e.g. redis://localhost:6379/0); " + START_HINT
         )
-    description = redact_url(settings.redis_url)
+    description = redact_url(url)
     try:
         client = Redis.from_url(
-            settings.redis_url,
+            url,
             socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
             health_check_interval=30,
         )
@@ -325,7 +326,7 @@ def open_redis(settings: Settings) -> Iterator[RedisBackend]:
     try:
         preflight(client, description)
         fences = _Fences(client)
-        saver_class = FencedShallowRedisSaver if settings.redis_shallow else FencedRedisSaver
+        saver_class = FencedShallowRedisSaver if shallow else FencedRedisSaver
         saver = saver_class(redis_client=client)
         saver.serde = StrictRedisSerializer()
         saver.fences = fences
@@ -336,10 +337,10 @@ def open_redis(settings: Settings) -> Iterator[RedisBackend]:
             saver=saver,
             client=client,
             description=description,
-            lease_ttl_seconds=settings.lease_ttl_seconds,
+            keeps_history=not shallow,
+            lease_ttl_seconds=lease_ttl_seconds,
             fences=fences,
             index=index,
-            keeps_history=not settings.redis_shallow,
         )
     finally:
         client.close()

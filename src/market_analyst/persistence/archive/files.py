@@ -2,9 +2,9 @@
 
 A document's key derives from its operation ID (thread ID + draft ID), which the application owns:
 publishing the same operation again finds the existing document and returns it instead of writing a
-second one; the same operation with different content is refused, never overwritten. The document
-schema is in `document.py`, the listing index in `index.py`; `postgres.py` holds the same archive
-in PostgreSQL (`MA_RECORDS=postgres`).
+second one; the same operation with different content is refused, never overwritten (the rule both
+archives share, in `base.py`). The document schema is in `document.py`, the listing index in
+`index.py`; `postgres.py` holds the same archive in PostgreSQL (`MA_RECORDS=postgres`).
 
 The archive never creates links, so a link inside it is damage: it is neither followed nor listed.
 Files are owner-only (0600 in a 0700 directory).
@@ -14,39 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from market_analyst.errors import UserError
 from market_analyst.files import fsync_dir, private_dir, refuse_under_file, write_new_private
-from market_analyst.persistence.archive.document import build_document, parse_document, render_document
+from market_analyst.persistence.archive.base import Archive, ArchiveError, Query, settle_repeat, valid_key
+from market_analyst.persistence.archive.document import parse_document, render_document
 from market_analyst.persistence.archive.index import ArchiveIndex, Listing
-from market_analyst.ports import PublishRequest, PublishResult
+from market_analyst.ports import PublishResult
 
-_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
-MAX_KEY_LENGTH = 128
 # A temporary file older than this was left by a process that died between writing and linking it.
 STALE_TEMP_SECONDS = 60.0
 
 
-class ArchiveError(UserError):
-    """The archive refused a key or a write, or holds a document it cannot read."""
-
-
-def valid_key(key: str) -> str:
-    """`key` if it can only name a file inside the archive, else `ArchiveError`."""
-    if not key or len(key) > MAX_KEY_LENGTH or os.path.isabs(key) or not _KEY.fullmatch(key) or ".." in key:
-        raise ArchiveError(
-            f"invalid archive key {key[:40]!r}: use letters, digits, '-', '_' and single dots; "
-            "no path separators, no '..', nothing absolute"
-        )
-    return key
-
-
-class ReportArchive:
+class ReportArchive(Archive):
     """JSON documents in one directory. The directory is created on first write."""
 
     def __init__(self, root: Path) -> None:
@@ -93,11 +76,6 @@ class ReportArchive:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def publish_report(self, request: PublishRequest) -> PublishResult:
-        """Publish the document of an approved draft under its operation's key (`ports.ArchiveWriter`)."""
-        document = build_document(request)
-        return self.publish(document["key"], document)
-
     def publish(self, key: str, document: dict[str, Any]) -> PublishResult:
         """Store `document` under `key` once; a repeat of the same document returns the stored one.
 
@@ -114,15 +92,7 @@ class ReportArchive:
         if created:
             self.index.add(key, document, path)
             return PublishResult(key, document, True)
-        existing = self.get(key) or {}
-        if render_document(existing) != payload:
-            if existing.get("operation_id") != document.get("operation_id"):
-                raise ArchiveError(f"archive key {key} already holds another operation's report")
-            raise ArchiveError(
-                f"operation {document.get('operation_id')} was already published with different content "
-                f"({path}); refusing to overwrite it"
-            )
-        return PublishResult(key, existing, False)
+        return settle_repeat(key, document, payload, self.get(key) or {}, str(path))
 
     def _write_once(self, path: Path, payload: bytes) -> bool:
         """Write `payload` to `path` unless it exists; True if this call created it."""
@@ -196,27 +166,20 @@ class ReportArchive:
             if p.name.endswith(".json") and not p.name.startswith(".")
         )
 
-    def search(
-        self,
-        *,
-        ticker: str | None = None,
-        user_id: str | None = None,
-        text: str | None = None,
-        limit: int = 1_000_000,
-    ) -> Listing:
-        """The newest `limit` reports matching every filter given (ticker and user exactly, text as a
-        case-blind substring of the report), a line for each unreadable document, and how many more
-        matched. Only the listed documents are read; the rest of the directory is compared by name."""
+    def _search(self, query: Query) -> Listing:
+        """The reports `query` asks for through the index, and a line for each unreadable document.
+        Only the listed documents are read; the rest of the directory is compared by name."""
         self._check_root()
         if not self.root.is_dir():
             return Listing([], [])
         try:
             return self.index.search(
-                self.get, (ArchiveError,), ticker=ticker, user_id=user_id, text=text, limit=limit
+                self.get,
+                (ArchiveError,),
+                ticker=query.ticker,
+                user_id=query.user_id,
+                text=query.text,
+                limit=query.limit,
             )
         except sqlite3.OperationalError as exc:
             raise ArchiveError(f"cannot use the archive index {self.index.path}: {exc}") from None
-
-    def list(self) -> Listing:
-        """Every readable report, newest first, plus a line for each unreadable document."""
-        return self.search()

@@ -9,19 +9,17 @@ to them. The server binaries must already be readable by others; if they are not
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
 import shutil
 import stat
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import ServiceUnavailable, UserError
-from market_analyst.files import private_dir
+from market_analyst.files import exclusive_lock, private_dir
 
 ROOT_SERVER_HOME = Path("/var/lib/market-analyst/postgres")
 
@@ -157,7 +155,7 @@ def embedded_postgres_uri(pgdata: Path) -> str:
     location = pgdata
     # One process at a time finds or starts the server of a data directory: pgserver reads the
     # postmaster.pid that a second process starting the same server may have half written.
-    with _starting_lock(pgdata.parent):
+    with exclusive_lock(pgdata.parent / ".postgres.lock"):
         if _is_root():
             _check_binaries_reachable(pgserver)
             location = _root_location(pgdata)
@@ -170,19 +168,6 @@ def embedded_postgres_uri(pgdata: Path) -> str:
                 f"could not start the embedded PostgreSQL in {location}: {detail} (see {log})"
             ) from None
     return str(server.get_uri())
-
-
-@contextlib.contextmanager
-def _starting_lock(data_dir: Path) -> Iterator[None]:
-    """An exclusive lock on `data_dir/.postgres.lock` for the block (released if the process dies)."""
-    import fcntl
-
-    fd = os.open(data_dir / ".postgres.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def stop_embedded_postgres(pgdata: Path) -> bool:
@@ -205,3 +190,21 @@ def discard_embedded_postgres(pgdata: Path) -> None:
         shutil.rmtree(target, ignore_errors=True)
         target.with_name(f"{target.name}.owner").unlink(missing_ok=True)
         pgdata.unlink()
+
+
+def embedded_server(pgdata: Path) -> dict[str, Any] | None:
+    """The embedded server's PID and socket from its lock file, and whether that process is alive;
+    None when it has no lock file (it is not running)."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), lines[3].strip(), lines[4].strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    except PermissionError:  # alive, but another user's (the server's user, when run as root)
+        alive = True
+    return {"pid": pid, "socket": f"{socket_dir}/.s.PGSQL.{port}", "alive": alive}

@@ -5,18 +5,27 @@ It is the checkpointer's server (`POSTGRES_URL`, or the embedded one in the data
 store keeps its tables to itself and creates them with its own numbered migrations, applied once under
 an advisory lock whatever the number of processes starting at once; `ma_records_migrations` records
 which ones ran.
+
+Stores open one connection per operation, so no process holds anything between requests: the
+archive through `records_connection`, the approval stores through `RecordsTables`, which finds the
+server's address once per process (finding the embedded server takes a lock and a look at its files)
+and again after a failure, so a server that was restarted is reached at its next address.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from market_analyst.persistence.checkpoints.postgres import postgres_connect, setup_lock
+import psycopg
+
+from market_analyst.errors import ServiceUnavailable
+from market_analyst.persistence.postgres.connect import postgres_connect, setup_lock
+from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.redaction import redact_url
-from market_analyst.settings import Settings
 
 # How long a command waits for another one to finish creating a store's tables.
 MIGRATION_WAIT_SECONDS = 60.0
@@ -29,21 +38,9 @@ CREATE TABLE IF NOT EXISTS ma_records_migrations (
     PRIMARY KEY (component, version)
 )"""
 
-
-def records_uri(settings: Settings) -> str:
-    """The records database's connection string: `POSTGRES_URL`, or the embedded server."""
-    if settings.postgres_url:
-        return settings.postgres_url
-    from market_analyst.services import embedded_postgres_uri
-
-    return embedded_postgres_uri(settings.postgres_dir)
-
-
-def records_location(settings: Settings) -> str:
-    """Where the records database is, for messages, without its password (starts nothing)."""
-    if settings.postgres_url:
-        return f"the PostgreSQL records database at {redact_url(settings.postgres_url)}"
-    return f"the PostgreSQL records database in the embedded server at {settings.postgres_dir}"
+_uris: dict[tuple[str | None, str], str] = {}
+_migrated: set[tuple[str, str]] = set()
+_lock = threading.Lock()
 
 
 def _lock_key(component: str) -> int:
@@ -74,8 +71,9 @@ def migrate(conn: Any, component: str, migrations: Sequence[str]) -> None:
     migration and its ledger row commit together."""
     if _applied(conn, component) >= len(migrations):
         return
-    with conn.cursor() as cur, setup_lock(
-        cur, _lock_key(component), MIGRATION_WAIT_SECONDS, f"the {component} tables"
+    with (
+        conn.cursor() as cur,
+        setup_lock(cur, _lock_key(component), MIGRATION_WAIT_SECONDS, f"the {component} tables"),
     ):
         cur.execute(_LEDGER)
         done = _applied(conn, component)
@@ -92,13 +90,58 @@ def migrate(conn: Any, component: str, migrations: Sequence[str]) -> None:
 
 
 @contextmanager
-def records_connection(settings: Settings, component: str, migrations: Sequence[str]) -> Iterator[Any]:
-    """An autocommit connection to the records database with `component`'s tables current; closed on
-    exit. Stores open one per operation, so no process holds anything between requests."""
-    uri = records_uri(settings)
-    conn = postgres_connect(uri, redact_url(uri), embedded=not settings.postgres_url)
+def records_connection(server: PostgresServer, component: str, migrations: Sequence[str]) -> Iterator[Any]:
+    """An autocommit connection to the records database on `server` with `component`'s tables
+    current; closed on exit."""
+    uri = server.uri()
+    conn = postgres_connect(uri, redact_url(uri), embedded=server.embedded)
     try:
         migrate(conn, component, migrations)
         yield conn
     finally:
         conn.close()
+
+
+class RecordsTables:
+    """The tables of one component of the records database on `server`."""
+
+    def __init__(self, server: PostgresServer, component: str, migrations: Sequence[str]) -> None:
+        self.server = server
+        self.component = component
+        self.migrations = migrations
+        self._place = (server.url, str(server.pgdata))
+
+    def _uri(self) -> str:
+        with _lock:
+            known = _uris.get(self._place)
+        if known is None:
+            known = self.server.uri()
+            with _lock:
+                _uris[self._place] = known
+        return known
+
+    @contextmanager
+    def connect(self) -> Iterator[Any]:
+        """An autocommit dict-row connection with this component's tables current; closed on exit."""
+        uri = self._uri()
+        try:
+            conn = postgres_connect(uri, redact_url(uri), embedded=self.server.embedded)
+        except ServiceUnavailable:
+            with _lock:
+                _uris.pop(self._place, None)
+            raise
+        try:
+            if (uri, self.component) not in _migrated:
+                migrate(conn, self.component, self.migrations)
+                with _lock:
+                    _migrated.add((uri, self.component))
+            yield conn
+        except psycopg.OperationalError as exc:
+            with _lock:
+                _uris.pop(self._place, None)
+            raise ServiceUnavailable(
+                f"the records database at {redact_url(uri)} stopped answering ({str(exc).strip()[:200]}); "
+                "what finished before is kept: run the command again"
+            ) from None
+        finally:
+            conn.close()
