@@ -1,6 +1,6 @@
 """The chat model behind the LLM analyst (through `langchain-openai`, any OpenAI-compatible server).
 
-`LLMAnalyst.respond` is one model turn of the analyst's agent loop (`nodes/agent.py`): the
+`LLMAnalyst.respond` is one model turn of the analyst's agent loop (`nodes/agent/`): the
 conversation so far in, one assistant message out, with the data tools and the `submit_analysis`
 tool offered. Any request that does not end in a valid completion (no connection, a timeout, any
 HTTP error, a body that is not a completion: bad JSON, an `error` object, no choices, HTML) is the
@@ -28,8 +28,8 @@ from tenacity import (
 )
 
 from market_analyst.errors import ServiceUnavailable
+from market_analyst.prompts import ANSWER_DESCRIPTION, ANSWER_TOOL
 
-ANSWER_TOOL = "submit_analysis"
 ANALYST_VERSION = "3"
 # Limits on what the model writes: each risk factor is a line, the summary a paragraph, and the whole
 # prose of an answer fits on a page, so no field can carry a document into the report.
@@ -119,7 +119,7 @@ ANSWER_SCHEMA = {
     "type": "function",
     "function": {
         "name": ANSWER_TOOL,
-        "description": "Submit the final analysis, citing only numbers from the facts or tool results.",
+        "description": ANSWER_DESCRIPTION,
         "parameters": LLMAnalysis.model_json_schema(),
     },
 }

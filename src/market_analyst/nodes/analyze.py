@@ -1,7 +1,7 @@
 """analyze: the analyst's judgement of the figures for the profile (and any reviewer feedback).
 
 With the built-in rules this is one step. With the LLM analyst it is one model turn of an agent loop
-(`nodes/agent.py`): the graph comes back here after each tool call until the model submits an
+(`nodes/agent/`): the graph comes back here after each tool call until the model submits an
 answer that every number of which the facts support.
 """
 

@@ -24,6 +24,7 @@ from market_analyst.analyst import windows
 from market_analyst.context import Deps
 from market_analyst.errors import UserError
 from market_analyst.market_data import BENCHMARK
+from market_analyst.prompts import turns_spent
 from market_analyst.state import DEFAULT_USER, ProfileUsed
 
 Window = Literal["1M", "3M", "6M", "1Y", "2Y", "3Y", "5Y"]
@@ -149,9 +150,7 @@ def tool_node(default_deps: Deps | None = None) -> ToolNode:
         steps = int(state.get("agent_steps") or 0)
         max_steps = getattr(runtime.context, "max_steps", None)
         if max_steps is not None and steps >= max_steps:
-            return ToolMessage(
-                f"Not run: the {max_steps} turns are spent.", tool_call_id=call_id, status="error"
-            )
+            return ToolMessage(turns_spent(max_steps), tool_call_id=call_id, status="error")
         result = execute(request)
         if isinstance(result, ToolMessage) and isinstance(result.content, str):
             if len(result.content) > MAX_RESULT_CHARS:
