@@ -79,7 +79,7 @@ def test_the_shell_gets_completions_through_the_guarded_output(cli: Cli):
 
 
 def test_install_completion_makes_bash_complete_commands(tmp_path: Path):
-    """As the README says: install it, open a new bash, and TAB completes the commands."""
+    """As docs/command-line.md says: install it, open a new bash, and TAB completes the commands."""
     program = market_analyst_command()
     env = clean_environ() | {"HOME": str(tmp_path), "PATH": f"{Path(program[0]).parent}:/usr/bin:/bin"}
     installed = _in_bash("market-analyst --install-completion", env)

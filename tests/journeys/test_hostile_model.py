@@ -99,7 +99,7 @@ def test_the_prompt_stops_growing_at_its_cap(cli: Cli):
     assert failed.returncode == 69 and f"over {MAX_PROMPT_CHARS} characters" in failed.stderr
     # The conversation passed the cap before the last of the ten turns, and that turn could only answer.
     assert forced == [len(sizes) - 1] and len(sizes) < 10, sizes
-    assert MAX_PROMPT_CHARS < sizes[-1] == max(sizes) < 160_000, sizes  # the bound the README states
+    assert MAX_PROMPT_CHARS < sizes[-1] == max(sizes) < 160_000, sizes  # the bound docs/analysis.md states
     assert prompt_chars([]) == 0
 
 

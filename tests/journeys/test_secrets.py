@@ -77,7 +77,7 @@ def test_each_form_fails_cleanly_without_the_secret(cli: Cli, env: dict[str, str
     output = result.stdout + result.stderr
     assert "S3cr3tZq9" not in output and "K3yZq9abcdef" not in output, output
     # Malformed addresses are bad input (2); a well-formed one that nobody answers is a service
-    # that is unavailable (69), as the README's exit codes say.
+    # that is unavailable (69), as docs/command-line.md's exit codes say.
     assert result.returncode in (2, 69), output
     if not debug:
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

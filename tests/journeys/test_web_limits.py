@@ -15,7 +15,7 @@ from tests.support.backends import both_backends
 from tests.support.cli import Cli
 from tests.support.web import FormClient, WebServer
 
-LIMIT = 5  # wrong tokens verified per token ID, and per address group, in a minute (README)
+LIMIT = 5  # wrong tokens verified per token ID, and per address group, in a minute (docs/inbox.md)
 
 
 def _random_token() -> str:

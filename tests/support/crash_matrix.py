@@ -4,8 +4,8 @@
 `analyze` again if the thread is unknown, `resume` while it can go on, `approve` at the gate), and
 reports what the crash cost: whether the run had to start again, which nodes ran twice, whether the
 approval survived, and whether the archive holds exactly one document equal to an uncrashed run's.
-`expected_loss` states what each mode is allowed to lose; the tests assert it and the README's
-durability table is printed from it (`python -m tests.crash_matrix`).
+`expected_loss` states what each mode is allowed to lose; the tests assert it and the
+durability table of docs/durability.md is printed from it (`python -m tests.crash_matrix`).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def random_kill_points(seed: int, count: int, duration: float) -> list[str]:
 
 
 def durability_table() -> str:
-    """The README's table of what each mode may lose, as the crash tests assert it."""
+    """docs/durability.md's table of what each mode may lose, as the crash tests assert it."""
     rows = [
         "| mode | killed before the gate (during `analyze`) | killed after approval (during `approve`) |",
         "|---|---|---|",

@@ -1,4 +1,4 @@
-"""LangGraph's own development server, as the README starts it (`langgraph dev`), on the
+"""LangGraph's own development server, as docs/langgraph-server.md starts it (`langgraph dev`), on the
 repository's langgraph.json, graphs/ and auth handler, in a directory of its own (so neither a
 developer's `.env` nor the repository's `.langgraph_api/` plays a part), publishing into a data
 directory of its own; with callers made by `market-analyst approvers add`, one token each."""
@@ -29,16 +29,15 @@ from tests.support import REPO
 from tests.support.cli import clean_environ, market_analyst_command
 from tests.support.services import _die_with_parent, free_port
 
-README_URL = "http://127.0.0.1:2024"
+PAGE_URL = "http://127.0.0.1:2024"
 # LangChain's and LangSmith's own settings stay out: a developer's tracing key would send runs away.
 _FOREIGN_VARS = ("LANGSMITH_", "LANGCHAIN_", "LANGGRAPH_")
 
 
 def section_blocks() -> list[tuple[str, str]]:
-    """The fenced blocks of the README's LangGraph server section: (language, text), in order."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## LangGraph server and Studio\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```(\w+)\n(.*?)^```$", section, re.M | re.S)
+    """The fenced blocks of docs/langgraph-server.md: (language, text), in order."""
+    page = (REPO / "docs" / "langgraph-server.md").read_text()
+    return re.findall(r"^```(\w+)\n(.*?)^```$", page, re.M | re.S)
 
 
 def block(language: str, starts_with: str) -> str:
@@ -106,7 +105,7 @@ def add_caller(env: dict[str, str], name: str, role: str) -> str:
 def dev_server(
     home: Path, env: dict[str, str], callers: dict[str, str], prepare: Callable[[], None] | None = None
 ) -> Iterator[DevServer]:
-    """The README's `langgraph dev` command on a free loopback port, with no reloading, in `home`,
+    """The page's `langgraph dev` command on a free loopback port, with no reloading, in `home`,
     with the environment `env` and the callers `callers` (name: role) added first."""
     shutil.copy(REPO / "langgraph.json", home / "langgraph.json")
     shutil.copytree(REPO / "graphs", home / "graphs")

@@ -1,6 +1,6 @@
-"""The labelled memory set and `make eval-memory`: the set has the shape the README claims, and the
-evaluation, run as the README says through the real Edge store and embedder, meets its targets and
-prints the table the README quotes."""
+"""The labelled memory set and `make eval-memory`: the set has the shape docs/memory.md claims, and
+the evaluation, run as that page says through the real Edge store and embedder, meets its targets
+and prints the table the page quotes."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ def test_the_labelled_set_has_the_size_and_spread_it_claims():
 
 
 def test_make_eval_memory_recalls_through_the_real_store_without_leaks():
-    """The README's command on every fourth question (the whole set takes about a minute here: the
+    """docs/memory.md's command on every fourth question (the whole set takes about a minute here: the
     store opens its shard for each recall). The floors sit a little under what this subset measures
     today (hybrid 0.88, BM25 and dense 0.82 recall@5), so a broken filter, fusion or embedder
-    fails it; the full figures and their targets are `make eval-memory`'s, quoted in the README."""
+    fails it; the full figures and their targets are `make eval-memory`'s, quoted in docs/memory.md."""
     result = run_make("eval-memory", "EVAL_ARGS=--every 4 --json", check=False, timeout=300)
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     figures, _ = json.JSONDecoder().raw_decode(result.stdout[result.stdout.index("{") :])  # make adds lines
@@ -81,13 +81,13 @@ def test_make_eval_memory_recalls_through_the_real_store_without_leaks():
     assert (result.returncode != 0) == bool(figures["misses"])
 
 
-def test_the_readme_quotes_the_evaluation_and_its_command():
-    readme = (REPO / "README.md").read_text()
-    between = readme.split("<!-- eval-memory-table -->\n", 1)[1].split("\n<!-- /eval-memory-table -->", 1)[0]
+def test_the_memory_page_quotes_the_evaluation_and_its_command():
+    page = (REPO / "docs" / "memory.md").read_text()
+    between = page.split("<!-- eval-memory-table -->\n", 1)[1].split("\n<!-- /eval-memory-table -->", 1)[0]
     names = [line.split("|")[1].strip() for line in between.splitlines()[2:]]
     assert names[:4] == ["BM25 only", "dense only", "hybrid (DBSF)", "hybrid with recency"]
     assert names[4].startswith("everything in context")
-    assert "make eval-memory" in readme
+    assert "make eval-memory" in page
 
 
 def test_make_eval_memory_fails_when_a_target_is_missed(tmp_path):

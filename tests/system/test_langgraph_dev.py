@@ -1,5 +1,6 @@
-"""LangGraph's own development server: `langgraph dev`, as the README starts it, serves langgraph.json
-on loopback with its auth handler, and the README's SDK and curl commands drive a run through it with
+"""LangGraph's own development server: `langgraph dev`, as docs/langgraph-server.md starts it, serves
+langgraph.json on loopback with its auth handler, and the page's SDK and curl commands drive a run
+through it with
 tokens from `approvers add`: the run stops at the gate with its request, the approver's decision
 publishes exactly one report in the approver's name, and a second resume publishes nothing. Decisions
 the rule refuses are asked again and record nothing. With MA_RECORDS both ways."""
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.langgraph_dev import README_URL, DevServer, block, dev_server
+from tests.support.langgraph_dev import PAGE_URL, DevServer, block, dev_server
 from tests.support.services import new_database
 
 CALLERS = {"ann": "requester", "bob": "approver", "rita": "reviewer"}
@@ -32,21 +33,21 @@ def server(
 
 
 def _against(text: str, server: DevServer) -> str:
-    """A README block with the URL `langgraph dev` printed there replaced by this server's."""
-    assert text.count(README_URL) == 1, text
-    return text.replace(README_URL, server.url)
+    """A block of the page with the URL `langgraph dev` printed there replaced by this server's."""
+    assert text.count(PAGE_URL) == 1, text
+    return text.replace(PAGE_URL, server.url)
 
 
 def _resume(server: DevServer, who: str, thread: str, decision: Any) -> Any:
     return server.client(who).runs.wait(thread, "analyst", command={"resume": decision})
 
 
-def test_the_readme_sdk_calls_publish_one_report_and_a_second_resume_publishes_nothing(
+def test_the_page_sdk_calls_publish_one_report_and_a_second_resume_publishes_nothing(
     server: DevServer, capsys: pytest.CaptureFixture[str]
 ):
     code = _against(block("python", "from langgraph_sdk import"), server)
     namespace: dict[str, Any] = {"ANN_TOKEN": server.tokens["ann"], "BOB_TOKEN": server.tokens["bob"]}
-    exec(compile(code, "README.md (LangGraph server)", "exec"), namespace)
+    exec(compile(code, "docs/langgraph-server.md", "exec"), namespace)
     thread, request, state = namespace["thread"], namespace["request"], namespace["state"]
     printed = capsys.readouterr().out.strip()
 
@@ -85,7 +86,7 @@ def test_the_readme_sdk_calls_publish_one_report_and_a_second_resume_publishes_n
     assert server.audit_of(thread) == audit
 
 
-def test_the_readme_curl_commands_publish_one_report(server: DevServer):
+def test_the_page_curl_commands_publish_one_report(server: DevServer):
     script = _against(block("bash", "API="), server)
     keys = server.report_keys()
     result = subprocess.run(

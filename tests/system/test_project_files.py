@@ -1,4 +1,5 @@
-"""Files that must stay true: the Mermaid drawing, langgraph.json, .env.example, the README's commands."""
+"""Files that must stay true: the Mermaid drawing, langgraph.json, .env.example, and the README and
+docs/ pages: the map of docs/, and the README's commands."""
 
 from __future__ import annotations
 
@@ -14,20 +15,24 @@ from tests.support import REPO
 from tests.support.cli import Cli, clean_environ
 from tests.support.make import run_make
 
+DOCS = REPO / "docs"
+
 
 def test_mermaid_drawing_is_current():
     assert (REPO / "graphs" / "analyst.mmd").read_text() == mermaid(), "run: make graph"
 
 
-def test_the_readme_draws_the_current_graph_and_its_contents_link_every_section():
+def test_the_readme_draws_the_current_graph_and_its_map_links_every_docs_page():
     readme = (REPO / "README.md").read_text()
     [drawing] = re.findall(r"^```mermaid\n(.*?)^```$", readme, re.M | re.S)
     assert drawing == mermaid()
-    sections = re.findall(r"^## (.+)$", readme, re.M)
-    anchors = {re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-") for title in sections}
-    contents = readme.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
-    linked = re.findall(r"\]\(#([a-z0-9-]+)\)", contents)
-    assert set(linked) <= anchors and anchors - set(linked) == {"what-you-get", "contents"}
+    documentation = readme.split("## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    entries = [line for line in documentation.splitlines() if line.startswith("- ")]
+    found = [re.fullmatch(r"- \[[^\]]+\]\(docs/([\w-]+\.md)\): \S.*", line) for line in entries]
+    assert all(found), entries  # one page a line, linked, with what it holds
+    linked = [match.group(1) for match in found if match]
+    # The map links every page of docs/, each once, and no page that is not there.
+    assert len(linked) == len(set(linked)) and sorted(linked) == sorted(p.name for p in DOCS.glob("*.md"))
 
 
 def test_langgraph_json_exports_the_graph_module():
@@ -71,16 +76,16 @@ def test_readme_names_the_setup_and_test_commands():
     assert "make test" in readme
 
 
-def test_readme_durability_table_is_the_one_the_crash_tests_assert():
+def test_the_durability_page_table_is_the_one_the_crash_tests_assert():
     from tests.support.crash_matrix import durability_table
 
-    readme = (REPO / "README.md").read_text()
-    between = readme.split("<!-- durability-table -->\n", 1)[1].split("\n<!-- /durability-table -->", 1)[0]
+    page = (DOCS / "durability.md").read_text()
+    between = page.split("<!-- durability-table -->\n", 1)[1].split("\n<!-- /durability-table -->", 1)[0]
     assert between == durability_table()
 
 
 def test_make_crash_soak_runs_and_summarises(tmp_path):
-    """The README's soak command, cut down to one random kill per backend."""
+    """docs/durability.md's soak command, cut down to one random kill per backend."""
     result = run_make(
         "crash-soak",
         "CRASH_RANDOM_KILLS=1",
@@ -93,7 +98,8 @@ def test_make_crash_soak_runs_and_summarises(tmp_path):
 
 
 def test_make_bench_runs_every_section():
-    """The README's bench command on small data (the real sizes take minutes; see the README)."""
+    """The README's bench command on small data (the real sizes take minutes; their figures are on the
+    docs pages)."""
     result = run_make(
         "bench",
         "BENCH_ARGS=--n 300 profiles profile-open analyze-start archive archive-postgres threads",
