@@ -1,5 +1,5 @@
 """Files that must stay true: the Mermaid drawing, langgraph.json, .env.example, and the README and
-docs/ pages: the map of docs/, and the README's commands."""
+docs/ pages: their map and links, and the README's commands."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from market_analyst.graph import mermaid
@@ -16,6 +17,49 @@ from tests.support.cli import Cli, clean_environ
 from tests.support.make import run_make
 
 DOCS = REPO / "docs"
+
+
+def _pages() -> list[Path]:
+    """The README and every page of docs/."""
+    return [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def _prose(text: str) -> str:
+    """A page without its fenced blocks."""
+    return re.sub(r"^```[\w-]*\n.*?^```$", "", text, flags=re.M | re.S)
+
+
+def github_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, every character but letters, digits, `_`,
+    `-` and spaces dropped, spaces to `-`; a repeated one gets `-1`, `-2`, ..."""
+    anchors: set[str] = set()
+    seen: Counter[str] = Counter()
+    for title in re.findall(r"^#{1,6} (.+)$", _prose(text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        anchors.add(f"{slug}-{seen[slug]}" if seen[slug] else slug)
+        seen[slug] += 1
+    return anchors
+
+
+def relative_links(page: Path) -> list[str]:
+    """The targets of a page's Markdown links and images that are not URLs, outside code."""
+    text = re.sub(r"`[^`]*`", "", _prose(page.read_text()))
+    targets = re.findall(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", text)
+    return [target for target in targets if not re.match(r"[a-z][a-z0-9+.-]*:", target)]
+
+
+def broken_links(pages: list[Path]) -> list[str]:
+    """Each relative link on `pages` whose file does not exist, or whose `#anchor` is no heading there."""
+    broken = []
+    for page in pages:
+        for target in relative_links(page):
+            path, _, anchor = target.partition("#")
+            file = page.parent / path if path else page
+            if not file.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and (file.suffix != ".md" or anchor not in github_anchors(file.read_text())):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    return broken
 
 
 def test_mermaid_drawing_is_current():
@@ -33,6 +77,24 @@ def test_the_readme_draws_the_current_graph_and_its_map_links_every_docs_page():
     linked = [match.group(1) for match in found if match]
     # The map links every page of docs/, each once, and no page that is not there.
     assert len(linked) == len(set(linked)) and sorted(linked) == sorted(p.name for p in DOCS.glob("*.md"))
+
+
+def test_every_relative_link_and_anchor_on_the_readme_and_docs_resolves(tmp_path: Path):
+    assert sum(len(relative_links(page)) for page in _pages()) >= 30
+    assert broken_links(_pages()) == []
+    # The check itself: a missing file and a heading with no third copy are found; the second copy of a
+    # heading (`-1`), punctuation and code in a title, URLs and links inside code are not.
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# A title\n\n## Set up, run: the `demo`\n\n## Set up, run: the `demo`\n\n"
+        "[a](#a-title) [b](#set-up-run-the-demo-1) [c](#set-up-run-the-demo-2) [d](missing.md)\n"
+        "[e](page.md#a-title) [f](https://example.com/#x) `[g](nowhere.md)`\n\n"
+        "```\n# No heading\n[h](no.md)\n```\n"
+    )
+    assert broken_links([page]) == [
+        "page.md: #set-up-run-the-demo-2 (no such heading)",
+        "page.md: missing.md (no such file)",
+    ]
 
 
 def test_langgraph_json_exports_the_graph_module():
