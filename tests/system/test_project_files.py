@@ -1,5 +1,5 @@
 """Files that must stay true: the Mermaid drawing, langgraph.json, .env.example, and the README and
-docs/ pages: their map and links, and the README's commands."""
+docs/ pages: their map, links, commands and make targets."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from market_analyst.graph import mermaid
 from market_analyst.settings import VARIABLES
@@ -24,9 +25,19 @@ def _pages() -> list[Path]:
     return [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
 
 
+def _fenced(text: str) -> list[str]:
+    """A page's fenced blocks."""
+    return re.findall(r"^```[\w-]*\n(.*?)^```$", text, re.M | re.S)
+
+
 def _prose(text: str) -> str:
     """A page without its fenced blocks."""
     return re.sub(r"^```[\w-]*\n.*?^```$", "", text, flags=re.M | re.S)
+
+
+def _code_spans(text: str) -> list[str]:
+    """A page's inline code, outside its fenced blocks (a span may run over a line break)."""
+    return re.findall(r"`([^`]+)`", _prose(text))
 
 
 def github_anchors(text: str) -> set[str]:
@@ -60,6 +71,25 @@ def broken_links(pages: list[Path]) -> list[str]:
             elif anchor and (file.suffix != ".md" or anchor not in github_anchors(file.read_text())):
                 broken.append(f"{page.name}: {target} (no such heading)")
     return broken
+
+
+def shown_commands(text: str, root: Any) -> list[str]:
+    """Each command a page shows, as the words after `market-analyst`: on a line of a fenced block (up to
+    its `#` comment) and in inline code; and inline code without the prefix that starts with one of the
+    CLI's groups, or with one of its commands and more words (`audit verify`, `threads --reindex`)."""
+    shown = [
+        found.split(" #", 1)[0]
+        for block in _fenced(text)
+        for found in re.findall(r"(?<![\w-])market-analyst ([^\n]+)", block)
+    ]
+    for span in _code_spans(text):
+        words = span.split()
+        if "market-analyst " in span:
+            shown.append(span.split("market-analyst ", 1)[1])
+        elif words and words[0] in root.commands:
+            if len(words) > 1 or hasattr(root.commands[words[0]], "commands"):
+                shown.append(span)
+    return shown
 
 
 def test_mermaid_drawing_is_current():
@@ -122,14 +152,45 @@ def test_env_example_lists_every_variable_with_its_default():
     assert listed == VARIABLES
 
 
-def test_readme_cli_examples_name_real_commands(cli: Cli):
-    readme = (REPO / "README.md").read_text()
-    commands = set(
-        re.findall(r"^\s*market-analyst ([a-z]+(?: (?:list|show|search|set|delete))?)", readme, re.M)
-    )
-    assert len(commands) >= 8
-    for command in sorted(commands):
-        assert "Usage" in cli.ok(*command.split(), "--help").stdout, command
+def test_readme_and_docs_cli_examples_name_real_commands(cli: Cli):
+    """Every `market-analyst ...` command on the README and the docs pages names a command (and, in a
+    group, a command of the group) that exists, with options it has; and each one's --help runs."""
+    import typer.main
+
+    from market_analyst.cli import app
+
+    root: Any = typer.main.get_command(app)
+    paths: set[tuple[str, ...]] = set()
+    for page in _pages():
+        for shown in shown_commands(page.read_text(), root):
+            where = f"{page.relative_to(REPO)}: market-analyst {shown}"
+            first, *rest = shown.split()
+            path: tuple[str, ...] = ()
+            command = root
+            if not first.startswith("-"):
+                assert first in root.commands, where
+                path, command = (first,), root.commands[first]
+                if hasattr(command, "commands") and rest and re.fullmatch(r"[a-z][a-z-]*", rest[0]):
+                    assert rest[0] in command.commands, where
+                    path, command = (first, rest[0]), command.commands[rest[0]]
+            options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", shown))
+            assert options <= {o for p in command.params for o in p.opts} | {"--help"}, where
+            paths.add(path)
+    assert len(paths) >= 30  # the commands, the groups alone and their commands, and the program's options
+    for path in sorted(paths):
+        assert "Usage" in cli.ok(*path, "--help").stdout, path
+
+
+def test_every_make_target_the_pages_name_is_in_the_makefile():
+    targets = set(re.findall(r"^([a-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
+    named = {
+        target
+        for page in _pages()
+        for code in [*_fenced(page.read_text()), *_code_spans(page.read_text())]
+        for target in re.findall(r"(?<![\w/-])make ([a-z][\w-]*)", code)
+    }
+    assert {"install", "demo", "test", "bench", "eval-memory", "crash-soak", "fuzz"} <= named
+    assert named <= targets, named - targets
 
 
 def test_readme_names_the_setup_and_test_commands():
