@@ -18,7 +18,7 @@ from bench_archive import PAGE, TICKERS, drafted_states, median_time
 from market_analyst.deps import build_deps
 from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
 from market_analyst.settings import Settings
-from market_analyst.workflow.session import open_run
+from market_analyst.workflow.graph_run import open_run
 from market_analyst.workflow.threads import list_threads, record
 from market_analyst.workflow.views import view_of
 

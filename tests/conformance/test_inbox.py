@@ -9,7 +9,8 @@ import pytest
 
 from market_analyst.settings import Settings
 from market_analyst.workflow import approve_thread, revise_thread, start_analysis
-from market_analyst.workflow.inbox import check_stores, find_thread, pending_drafts, thread_details
+from market_analyst.workflow.health import check_stores
+from market_analyst.workflow.inbox import find_thread, pending_drafts, thread_details
 from tests.support.backends import BACKENDS, checkpointer_env
 from tests.support.cli import unique_id
 

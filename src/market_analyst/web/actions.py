@@ -23,10 +23,10 @@ from market_analyst.errors import RunStopped, ServiceUnavailable, ThreadBusy, Us
 from market_analyst.settings import Settings
 from market_analyst.workflow.approvers import Approvers, approver_store
 from market_analyst.workflow.audit import audit_entries
+from market_analyst.workflow.health import check_stores
 from market_analyst.workflow.inbox import (
     PendingDraft,
     ThreadDetails,
-    check_stores,
     find_thread,
     pending_drafts,
     report_by_key,

@@ -1,7 +1,7 @@
 """Sign-in, sessions, CSRF, and what every request passes through first.
 
 Browsers sign in with an approver's token and get a cookie holding a random session ID; the session
-itself is a record in a store every server process shares (`workflow.sessions`), so signing out,
+itself is a record in a store every server process shares (`workflow.sign_in`), so signing out,
 an idle or absolute timeout, `approvers sessions --revoke`, removing the approver or re-issuing
 their token ends it everywhere at once, and a copied cookie stops working with it. Before sign-in the
 cookie holds only a signed nonce; the sign-in form's CSRF token is an HMAC of it under the server
@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from market_analyst.formatting import printable
 from market_analyst.workflow.approvers import Approver
-from market_analyst.workflow.sessions import Gate, NotForTheInbox, SessionRecord, TooManyFailures, WrongToken
+from market_analyst.workflow.sign_in import Gate, NotForTheInbox, SessionRecord, TooManyFailures, WrongToken
 
 __all__ = ["Gate", "NotForTheInbox", "TooManyFailures", "WrongToken"]
 

@@ -11,8 +11,8 @@ from market_analyst.errors import UserError
 from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
+from market_analyst.workflow.graph_run import Progress, Run, open_run
 from market_analyst.workflow.runs import advance
-from market_analyst.workflow.session import Progress, Run, open_run
 from market_analyst.workflow.threads import stamp
 from market_analyst.workflow.upgrade import upgrade_updates
 from market_analyst.workflow.views import (

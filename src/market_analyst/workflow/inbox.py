@@ -1,17 +1,17 @@
 """What the approval inbox reads: the drafts waiting for a decision, one thread with the drafts it
-has had, one archived report, and whether the stores answer. Decisions go through `runs`."""
+has had, and one archived report (whether the stores answer is `health`). Decisions go through
+`runs`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from market_analyst.deps import open_approvers, open_archive, open_profiles
-from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.deps import open_archive
 from market_analyst.ports import ThreadQuery
 from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
-from market_analyst.workflow.session import open_run
+from market_analyst.workflow.graph_run import open_run
 from market_analyst.workflow.threads import checked_threads
 from market_analyst.workflow.views import ThreadView, config_for, read_history, view_of
 
@@ -99,30 +99,3 @@ def thread_details(settings: Settings, thread_id: str) -> ThreadDetails | None:
 def report_by_key(settings: Settings, key: str) -> dict[str, Any] | None:
     """The archived document under `key`, or None; `UserError` for a key that cannot be one."""
     return open_archive(settings).get(key)
-
-
-def check_stores(settings: Settings) -> dict[str, str]:
-    """ "ok", or one line saying what is wrong, for the checkpointer, the profile store, the archive and
-    (with `MA_RECORDS=postgres`) the records database."""
-    results: dict[str, str] = {}
-    try:
-        with open_run(settings):
-            results["checkpointer"] = "ok"
-    except (UserError, ServiceUnavailable) as exc:
-        results["checkpointer"] = str(exc)
-    try:
-        open_profiles(settings).get("health-check")
-        results["profiles"] = "ok"
-    except (UserError, ServiceUnavailable) as exc:
-        results["profiles"] = str(exc)
-    try:
-        results["archive"] = open_archive(settings).check()
-    except (UserError, ServiceUnavailable) as exc:
-        results["archive"] = str(exc)
-    if settings.records == "postgres":  # the approvers, sessions and audit log, apart from the archive
-        try:
-            open_approvers(settings).list()
-            results["records"] = "ok"
-        except (UserError, ServiceUnavailable) as exc:
-            results["records"] = str(exc)
-    return results

@@ -14,7 +14,7 @@ from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
 from market_analyst.state import validate_user_id
-from market_analyst.workflow.session import Run, open_run
+from market_analyst.workflow.graph_run import Run, open_run
 from market_analyst.workflow.threads import backfill, record, stamp
 from market_analyst.workflow.views import UnreadableThread, view_of
 

@@ -24,7 +24,7 @@ from market_analyst.graph import LEGACY_GATE
 from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import MAX_QUESTION_CHARS, SCHEMA_VERSION, validate_thread_id
-from market_analyst.workflow.session import Progress, Run, open_run
+from market_analyst.workflow.graph_run import Progress, Run, open_run
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
 from market_analyst.workflow.upgrade import raw_values, refuse_newer, upgrade_updates
@@ -42,6 +42,9 @@ def advance(
 ) -> ThreadView:
     """`run.advance`, then the thread's view; a failure once the thread may exist says where it stands
     and what continues it (a store that went away is left to `open_run`, which says so)."""
+    # The dependencies are built before the thread moves: a setting they refuse is the command's
+    # error, not a run that stopped.
+    _ = run.deps
     try:
         run.advance(inputs, thread_id, progress, durability=durability)
         view = record(run, thread_id)

@@ -15,7 +15,7 @@ from market_analyst.errors import UserError
 from market_analyst.ports import ThreadQuery, ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import validate_user_id
-from market_analyst.workflow.session import open_run
+from market_analyst.workflow.graph_run import open_run
 from market_analyst.workflow.views import ThreadStatus, ThreadView, UnreadableThread, view_of
 
 DEFAULT_LIMIT = 50

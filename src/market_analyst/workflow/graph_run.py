@@ -1,11 +1,12 @@
-"""A command's session with the checkpointer: the compiled graph over an open saver, the thread's
-lease, and the dependencies the nodes get."""
+"""A command's run over the checkpointer: the compiled graph over an open saver, the thread's lease,
+and the dependencies the nodes get, built on first use (the first `advance`, or the first read of
+`Run.deps`), so that a command that only reads threads builds no adapter but the checkpointer."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from market_analyst.choices import Durability
@@ -25,9 +26,17 @@ class Run:
     """The compiled graph over an open checkpointer, and the dependencies its nodes get."""
 
     graph: Any
-    deps: Deps
     settings: Settings
     backend: CheckpointBackend
+    make_deps: Callable[[], Deps]  # what builds `deps`, the first time it is read
+    _deps: Deps | None = field(default=None, repr=False)
+
+    @property
+    def deps(self) -> Deps:
+        """The dependencies the nodes get, built the first time they are asked for."""
+        if self._deps is None:
+            self._deps = self.make_deps()
+        return self._deps
 
     def advance(
         self, inputs: Any, thread_id: str, progress: Progress | None, *, durability: Durability | None = None
@@ -55,14 +64,20 @@ def open_run(
     deps: Deps | None = None,
     progress: Progress | None = None,
 ) -> Iterator[Run]:
-    """The graph over an open checkpointer, holding the thread's lease if one is named.
+    """The graph over an open checkpointer, holding the thread's lease if one is named; the nodes get
+    `deps`, or the dependencies `settings` describe, built when the run first needs them.
 
     A checkpointer that goes away mid-command becomes one `ServiceUnavailable`: what finished before
     the last checkpoint is kept, and `resume` continues from there once the server is back."""
     with open_checkpointer(settings) as backend:
         try:
-            deps = deps or build_deps(settings, progress)
-            run = Run(build_graph(checkpointer=backend.saver), deps, settings, backend)
+            run = Run(
+                build_graph(checkpointer=backend.saver),
+                settings,
+                backend,
+                lambda: build_deps(settings, progress),
+                deps,
+            )
             if thread_id is None:
                 yield run
             else:
