@@ -16,25 +16,29 @@ from typing import TYPE_CHECKING
 from market_analyst.context import Deps
 from market_analyst.decisions import DecisionPolicy, DecisionSeal, seal_key
 from market_analyst.errors import UserError
-from market_analyst.persistence.approvals.approvers import Approver, ApproverStore
-from market_analyst.persistence.approvals.audit import AuditLog
-from market_analyst.persistence.approvals.protocols import Approvers, AuditRecords, Sessions, SignInFailures
-from market_analyst.persistence.approvals.sessions import SessionRecord, SessionStore
-from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
+from market_analyst.persistence.approvers.files import ApproverStore
 from market_analyst.persistence.archive.files import ReportArchive
+from market_analyst.persistence.audit.files import AuditLog
 from market_analyst.persistence.memory.edge import EdgeMemoryStore
 from market_analyst.persistence.memory.server import QdrantMemoryStore
 from market_analyst.persistence.postgres.embedded import embedded_server
 from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.persistence.profiles.store import Migration, ProfileStore
+from market_analyst.persistence.sessions.files import SessionStore, SignInLimits
 from market_analyst.ports import (
     Analyst,
+    Approver,
+    Approvers,
+    AuditRecords,
     ChatModel,
     CheckpointBackend,
     Embedder,
     MarketDataProvider,
     ReportStore,
     ReportSummary,
+    SessionRecord,
+    Sessions,
+    SignInFailures,
 )
 from market_analyst.settings import Settings
 
@@ -153,9 +157,9 @@ def copy_approvals_to_records(settings: Settings) -> dict[str, tuple[int, int]]:
     """Copy the data directory's approvers (names, roles, token hashes), the session secret and the
     audit log (entries in order, the chain verified before and after) into the records database,
     whatever `MA_RECORDS` says, reading the files only: (copied, already present) per store."""
-    from market_analyst.persistence.approvals.copy import copy_approvers, copy_audit
-    from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
-    from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+    from market_analyst.persistence.approvers.postgres import PostgresApproverStore
+    from market_analyst.persistence.audit.postgres import PostgresAuditLog
+    from market_analyst.persistence.migrate import copy_approvers, copy_audit
 
     records = postgres_server(settings)
     return {
@@ -206,7 +210,7 @@ def open_approvers(settings: Settings) -> Approvers:
     """The web inbox's approvers and its session secret: in the data directory, or in the PostgreSQL
     records database with `MA_RECORDS=postgres`."""
     if settings.records == "postgres":
-        from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
+        from market_analyst.persistence.approvers.postgres import PostgresApproverStore
 
         return PostgresApproverStore(postgres_server(settings))
     return ApproverStore(settings.data_dir)
@@ -217,7 +221,7 @@ def open_sessions(settings: Settings) -> Sessions:
     host), or in the records database with `MA_RECORDS=postgres` (every host)."""
     idle, lifetime = settings.session_idle.total_seconds(), settings.session_max.total_seconds()
     if settings.records == "postgres":
-        from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore
+        from market_analyst.persistence.sessions.postgres import PostgresSessionStore
 
         return PostgresSessionStore(postgres_server(settings), idle=idle, lifetime=lifetime)
     return SessionStore(settings.data_dir, idle=idle, lifetime=lifetime)
@@ -227,7 +231,7 @@ def open_sign_in_limits(settings: Settings, *, limit: int, window: float) -> Sig
     """The failed sign-ins every server process counts against: in the data directory, or in the
     records database with `MA_RECORDS=postgres`."""
     if settings.records == "postgres":
-        from market_analyst.persistence.approvals.postgres_sessions import PostgresSignInLimits
+        from market_analyst.persistence.sessions.postgres import PostgresSignInLimits
 
         return PostgresSignInLimits(postgres_server(settings), limit=limit, window=window)
     return SignInLimits(settings.data_dir, limit=limit, window=window)
@@ -237,7 +241,7 @@ def open_audit(settings: Settings) -> AuditRecords:
     """The audit log of decisions and publications: the data directory's `audit/`, or the records
     database with `MA_RECORDS=postgres`."""
     if settings.records == "postgres":
-        from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+        from market_analyst.persistence.audit.postgres import PostgresAuditLog
 
         return PostgresAuditLog(postgres_server(settings))
     return AuditLog(settings.data_dir / "audit")

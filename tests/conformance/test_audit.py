@@ -103,7 +103,7 @@ def test_the_log_survives_prune_and_forget_and_names_the_first_entry_that_was_ta
 APPENDER = """
 import sys
 from pathlib import Path
-from market_analyst.persistence.approvals.audit import AuditLog
+from market_analyst.persistence.audit.files import AuditLog
 from market_analyst.ports import AuditEvent
 
 log = AuditLog(Path(sys.argv[1]))

@@ -12,12 +12,12 @@ import pytest
 
 from market_analyst.deps import postgres_server
 from market_analyst.errors import ServiceUnavailable, UserError
-from market_analyst.persistence.approvals.approvers import ApproverStore
-from market_analyst.persistence.approvals.audit import AuditLog
-from market_analyst.persistence.approvals.copy import copy_approvers, copy_audit
-from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
-from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
-from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore, PostgresSignInLimits
+from market_analyst.persistence.approvers.files import ApproverStore
+from market_analyst.persistence.approvers.postgres import PostgresApproverStore
+from market_analyst.persistence.audit.files import AuditLog
+from market_analyst.persistence.audit.postgres import PostgresAuditLog
+from market_analyst.persistence.migrate import copy_approvers, copy_audit
+from market_analyst.persistence.sessions.postgres import PostgresSessionStore, PostgresSignInLimits
 from market_analyst.ports import AuditEvent
 from market_analyst.settings import Settings
 from tests.support.cli import Cli, unique_id

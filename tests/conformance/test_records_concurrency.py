@@ -13,10 +13,10 @@ from pathlib import Path
 import psycopg
 
 from market_analyst.deps import postgres_server
-from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
-from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
-from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore, PostgresSignInLimits
+from market_analyst.persistence.approvers.postgres import PostgresApproverStore
+from market_analyst.persistence.audit.postgres import PostgresAuditLog
 from market_analyst.persistence.postgres.server import PostgresServer
+from market_analyst.persistence.sessions.postgres import PostgresSessionStore, PostgresSignInLimits
 from market_analyst.settings import Settings
 from tests.support import REPO
 
@@ -33,7 +33,7 @@ settings = Settings.load(environ={"MA_DATA_DIR": sys.argv[3], "POSTGRES_URL": sy
 """
 
 APPENDER = """
-from market_analyst.persistence.approvals.postgres_audit import PostgresAuditLog
+from market_analyst.persistence.audit.postgres import PostgresAuditLog
 from market_analyst.ports import AuditEvent
 log = PostgresAuditLog(postgres_server(settings))
 while not go.exists():
@@ -46,7 +46,7 @@ for n in range(%(each)d):
 """
 
 APPROVER_WRITER = """
-from market_analyst.persistence.approvals.postgres_approvers import PostgresApproverStore
+from market_analyst.persistence.approvers.postgres import PostgresApproverStore
 store = PostgresApproverStore(postgres_server(settings))
 while not go.exists():
     time.sleep(0.005)
@@ -62,7 +62,7 @@ print(json.dumps({"tokens": tokens, "secret": secrets.pop()}))
 """
 
 SESSION_WRITER = """
-from market_analyst.persistence.approvals.postgres_sessions import PostgresSessionStore
+from market_analyst.persistence.sessions.postgres import PostgresSessionStore
 store = PostgresSessionStore(postgres_server(settings), idle=3600, lifetime=7200)
 while not go.exists():
     time.sleep(0.005)
@@ -79,7 +79,7 @@ print(json.dumps({"made": made, "revoked": revoked}))
 """
 
 LIMIT_WRITER = """
-from market_analyst.persistence.approvals.postgres_sessions import PostgresSignInLimits
+from market_analyst.persistence.sessions.postgres import PostgresSignInLimits
 limits = PostgresSignInLimits(postgres_server(settings), limit=10**6, window=3600)
 counter = Path(sys.argv[3]) / "counter"
 while not go.exists():

@@ -9,8 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from market_analyst.persistence.approvals.sessions import SessionStore
-from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
+from market_analyst.persistence.sessions.files import SessionStore, SignInLimits
 from tests.support import REPO
 
 WRITERS = 6
@@ -19,7 +18,7 @@ EACH = 25
 SESSION_WRITER = """
 import json, sys, time
 from pathlib import Path
-from market_analyst.persistence.approvals.sessions import SessionStore
+from market_analyst.persistence.sessions.files import SessionStore
 root, name, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 store = SessionStore(root, idle=3600, lifetime=7200)
 while not go.exists():
@@ -39,7 +38,7 @@ print(json.dumps({"made": made, "revoked": revoked}))
 LIMIT_WRITER = """
 import sys, time
 from pathlib import Path
-from market_analyst.persistence.approvals.sign_in_limits import SignInLimits
+from market_analyst.persistence.sessions.files import SignInLimits
 root, name, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 limits = SignInLimits(root, limit=10**6, window=3600)
 while not go.exists():

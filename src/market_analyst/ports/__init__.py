@@ -3,8 +3,7 @@ each one passes, one module per concern. Every name is re-exported here, so `fro
 import X` names a port without naming its module.
 
 Nothing here opens a store or imports a client library: `deps.py` builds the real adapters and
-`persistence/checkpoints/factory.py` opens the checkpointer; the nodes see only these shapes, through
-`Deps` (`market_analyst.context`).
+opens the checkpointer; the nodes see only these shapes, through `Deps` (`market_analyst.context`).
 """
 
 from market_analyst.ports.analysis import (
@@ -14,6 +13,7 @@ from market_analyst.ports.analysis import (
     ProfileReader,
     profile_in_use,
 )
+from market_analyst.ports.approvals import Approver, Approvers, SessionRecord, Sessions, SignInFailures
 from market_analyst.ports.archive import (
     ArchiveWriter,
     Listing,
@@ -22,14 +22,17 @@ from market_analyst.ports.archive import (
     ReportStore,
     ReportSummary,
 )
-from market_analyst.ports.audit import AuditEvent, AuditWriter
+from market_analyst.ports.audit import AuditEvent, AuditRecords, AuditWriter, Verification
 from market_analyst.ports.checkpoints import CheckpointBackend, ThreadIndex, ThreadQuery, ThreadRow
 from market_analyst.ports.memory import Embedder, MemoryStore
 
 __all__ = [
     "Analyst",
+    "Approver",
+    "Approvers",
     "ArchiveWriter",
     "AuditEvent",
+    "AuditRecords",
     "AuditWriter",
     "ChatModel",
     "CheckpointBackend",
@@ -42,8 +45,12 @@ __all__ = [
     "PublishResult",
     "ReportStore",
     "ReportSummary",
+    "SessionRecord",
+    "Sessions",
+    "SignInFailures",
     "ThreadIndex",
     "ThreadQuery",
     "ThreadRow",
+    "Verification",
     "profile_in_use",
 ]

@@ -1,4 +1,6 @@
-"""The audit port: the log of decisions and publications, kept apart from the checkpoints."""
+"""The audit port: the log of decisions and publications, kept apart from the checkpoints: what a
+node appends (`AuditWriter`), and the whole hash-chained log as the commands read, verify and export
+it (`AuditRecords`), whichever backend holds it."""
 
 from __future__ import annotations
 
@@ -32,3 +34,23 @@ class AuditWriter(Protocol):
     def append(self, event: AuditEvent) -> dict[str, Any]:
         """Append `event` (unless its `event_id` is in the log already) and return its entry."""
         ...
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What `audit verify` found: how many entries, and the first that does not match (None: none)."""
+
+    entries: int
+    erased: int
+    problem: str | None = None
+    bad_seq: int | None = None
+
+
+class AuditRecords(Protocol):
+    """The hash-chained audit log: appended by any number of writers, read, verified, exported."""
+
+    def append(self, event: AuditEvent) -> dict[str, Any]: ...
+    def erase_user(self, user_id: str, at: str) -> int: ...
+    def entries(self, thread_id: str | None = None) -> list[dict[str, Any]]: ...
+    def verify(self) -> Verification: ...
+    def export(self, fmt: str) -> str: ...

@@ -1,34 +1,27 @@
-"""The audit log: every decision and publication, appended to a hash-chained file in the data
-directory (`audit/audit.jsonl`), kept apart from the checkpoints so that `prune` leaves it and an
-edit of the database does not reach it.
+"""The audit log's chain, which both logs keep the same way: the file in the data directory
+(`files.py`) and the records database's table (`postgres.py`). The log holds every decision and
+publication, kept apart from the checkpoints so that `prune` leaves it and an edit of the checkpoint
+database does not reach it.
 
-Each line is one entry. Its `hash` covers every field but the personal ones (who decided, whom the
+Each entry's `hash` covers every field but the personal ones (who decided, whom the
 analysis was for, the note), which sit in `personal` and enter the chain through their own digest,
 `personal_hash`. So `forget --user` can replace a person's content with an erasure marker, record
 the erasure as an entry of its own, and the chain still verifies; an edit of any other byte, a
 missing entry or two entries swapped break it at the first entry that no longer matches. The last
-entry's number and hash are also kept in `audit.head`, so entries cut from the end are noticed.
-
-Appends from any number of processes are serialised by an exclusive lock on `.audit.lock`.
+entry's number and hash are also kept apart (the head), so entries cut from the end are noticed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import fcntl
 import hashlib
 import io
 import json
-import os
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from abc import ABC, abstractmethod
+from dataclasses import asdict
 from typing import Any
 
-from market_analyst.errors import UserError
-from market_analyst.files import FILE_MODE, fsync_dir, private_dir
-from market_analyst.ports import AuditEvent
+from market_analyst.ports import AuditEvent, Verification
 
 GENESIS = "0" * 64
 PERSONAL_FIELDS = ("actor", "requester", "note")
@@ -66,157 +59,6 @@ def entry_hash(entry: dict[str, Any]) -> str:
     """The hash an entry's `hash` must equal: everything but the hash itself and the personal content
     (which the chain holds as `personal_hash`)."""
     return _digest({k: v for k, v in entry.items() if k not in ("hash", "personal")})
-
-
-@dataclass(frozen=True)
-class Verification:
-    """What `audit verify` found: how many entries, and the first that does not match (None: none)."""
-
-    entries: int
-    erased: int
-    problem: str | None = None
-    bad_seq: int | None = None
-
-
-class AuditLog:
-    """The hash-chained audit log in `root` (the data directory's `audit/`)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.path = root / "audit.jsonl"
-        self.head_path = root / "audit.head"
-
-    # -- the file ---------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        private_dir(self.root, "the audit log")
-        try:
-            fd = os.open(self.root / ".audit.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
-        except OSError as exc:
-            raise UserError(f"cannot open the audit log in {self.root}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-    def _lines(self) -> list[bytes]:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise UserError(f"cannot read the audit log {self.path}: {exc.strerror or exc}") from None
-        return [line for line in data.split(b"\n") if line.strip()]
-
-    def _write_head(self, seq: int, digest: str) -> None:
-        tmp = self.head_path.with_name(f".audit.head.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            os.write(fd, _canonical({"seq": seq, "hash": digest}) + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.head_path)
-
-    def _append_line(self, entry: dict[str, Any]) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-        try:
-            os.write(fd, _canonical(entry) + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._write_head(entry["seq"], entry["hash"])
-
-    @staticmethod
-    def _parse(line: bytes, number: int) -> dict[str, Any]:
-        try:
-            entry = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise UserError(
-                f"audit entry on line {number} is not JSON: run 'market-analyst audit verify'"
-            ) from None
-        if not isinstance(entry, dict):
-            raise UserError(
-                f"audit entry on line {number} is not an object: run 'market-analyst audit verify'"
-            )
-        return entry
-
-    # -- writing ----------------------------------------------------------------------------------
-
-    def append(self, event: AuditEvent) -> dict[str, Any]:
-        """Append `event` as the next entry of the chain and return it; an event whose `event_id` the
-        log holds already is not appended again (the earlier entry is returned)."""
-        with self._locked():
-            lines = self._lines()
-            entries = [self._parse(line, i + 1) for i, line in enumerate(lines)]
-            for entry in entries:
-                if entry.get("event_id") == event.event_id:
-                    return entry
-            last = entries[-1] if entries else None
-            entry = next_entry(event, last)
-            self._append_line(entry)
-            if last is None:
-                fsync_dir(self.root)
-        return entry
-
-    def erase_user(self, user_id: str, at: str) -> int:
-        """Replace `user_id`'s personal content (as the one who decided or the one it was for) in every
-        entry with an erasure marker, and record the erasure as an entry of its own (which names the
-        entries, not the person). Returns how many entries were erased; the chain still verifies."""
-        with self._locked():
-            lines = self._lines()
-            entries = [self._parse(line, i + 1) for i, line in enumerate(lines)]
-            erased = erase_personal(entries, user_id)
-            if not erased:
-                return 0
-            body = b"".join(_canonical(entry) + b"\n" for entry in entries)
-            tmp = self.path.with_name(f".audit.jsonl.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-            try:
-                os.write(fd, body)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            fsync_dir(self.root)
-            self._append_line(erasure_entry(entries[-1], erased, at))
-        return len(erased)
-
-    # -- reading ----------------------------------------------------------------------------------
-
-    def entries(self, thread_id: str | None = None) -> list[dict[str, Any]]:
-        """Every entry in order (only `thread_id`'s when given), personal content inlined."""
-        found = []
-        for number, line in enumerate(self._lines(), start=1):
-            entry = self._parse(line, number)
-            if thread_id is not None and entry.get("thread_id") != thread_id:
-                continue
-            found.append(flatten(entry))
-        return found
-
-    def stored(self) -> list[dict[str, Any]]:
-        """Every entry as stored (personal content apart), in order: what a copy carries over."""
-        return [self._parse(line, number) for number, line in enumerate(self._lines(), start=1)]
-
-    def verify(self) -> Verification:
-        """Recompute the chain: each entry's number, link, hash and personal digest, every erasure
-        accounted for by an erasure entry, and the head. Names the first entry that does not match."""
-        return verify_chain(self._lines(), self._head(), "the log's head record (audit.head) is missing")
-
-    def _head(self) -> dict[str, Any] | None:
-        try:
-            head = json.loads(self.head_path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {}
-        return head if isinstance(head, dict) else {}
-
-    def export(self, fmt: str) -> str:
-        """The whole log as JSON lines (the stored entries, as they are) or CSV (one row an entry)."""
-        return export_entries(self._lines(), self.entries() if fmt != "jsonl" else [], fmt)
 
 
 def flatten(entry: dict[str, Any]) -> dict[str, Any]:
@@ -302,6 +144,14 @@ def erase_personal(entries: list[dict[str, Any]], user_id: str) -> list[int]:
     return erased
 
 
+def erase(entries: list[dict[str, Any]], user_id: str, at: str) -> tuple[list[int], dict[str, Any] | None]:
+    """Erase `user_id`'s personal content in `entries`, in place (`erase_personal`), and make the entry
+    that records the erasure after the last of them: the numbers erased and that entry (None when no
+    entry named the user)."""
+    erased = erase_personal(entries, user_id)
+    return erased, (erasure_entry(entries[-1], erased, at) if erased else None)
+
+
 def erasure_entry(last: dict[str, Any], erased: list[int], at: str) -> dict[str, Any]:
     """The entry that records an erasure of entries `erased`, following `last` in the chain."""
     personal = {"actor": None, "requester": None, "note": ""}
@@ -349,3 +199,46 @@ def export_entries(lines: list[bytes], entries: list[dict[str, Any]], fmt: str) 
     for entry in entries:
         writer.writerow({k: ("" if entry.get(k) is None else entry.get(k)) for k in CSV_FIELDS})
     return out.getvalue()
+
+
+class AuditChain(ABC):
+    """What both logs do the same way over the entries they store: read them back with the personal
+    content inlined, hand them over for a copy, verify the chain against the head, export it."""
+
+    # What `verify` says when the log has entries but no head.
+    NO_HEAD: str
+
+    @abstractmethod
+    def _chain(self) -> tuple[list[tuple[int, bytes]], dict[str, Any] | None]:
+        """Every stored entry, in order, with the number the log names it by, and the head (the last
+        entry's number and hash as recorded apart; None when there is none)."""
+
+    @abstractmethod
+    def _thread_entries(self, thread_id: str | None) -> list[dict[str, Any]]:
+        """The stored entries in order (only `thread_id`'s when given)."""
+
+    @staticmethod
+    @abstractmethod
+    def _parse(stored: bytes | str, number: int) -> dict[str, Any]:
+        """One stored entry, or `UserError` naming it by `number`."""
+
+    def entries(self, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Every entry in order (only `thread_id`'s when given), personal content inlined."""
+        return [flatten(entry) for entry in self._thread_entries(thread_id)]
+
+    def stored(self) -> list[dict[str, Any]]:
+        """Every entry as stored (personal content apart), in order: what a copy carries over."""
+        rows, _ = self._chain()
+        return [self._parse(line, number) for number, line in rows]
+
+    def verify(self) -> Verification:
+        """Recompute the chain: each entry's number, link, hash and personal digest, every erasure
+        accounted for by an erasure entry, and the head. Names the first entry that does not match."""
+        rows, head = self._chain()
+        return verify_chain([line for _, line in rows], head, self.NO_HEAD)
+
+    def export(self, fmt: str) -> str:
+        """The whole log as JSON lines (the stored entries, as they are) or CSV (one row an entry)."""
+        rows, _ = self._chain()
+        entries = [] if fmt == "jsonl" else [flatten(self._parse(line, number)) for number, line in rows]
+        return export_entries([line for _, line in rows], entries, fmt)

@@ -1,16 +1,23 @@
-"""What the doors and the workflow ask of the approval stores, whichever backend holds them: the
-files in the data directory (`MA_RECORDS=files`) or the PostgreSQL records database
-(`MA_RECORDS=postgres`). Both twins of each store implement one of these."""
+"""What the doors and the workflow ask of the approval stores, whichever backend holds them (the
+files in the data directory with `MA_RECORDS=files`, the PostgreSQL records database with
+`MA_RECORDS=postgres`): the approvers and the session secret, the web inbox's signed-in sessions, and
+the failed sign-ins counted against a limit. Both twins of each store implement one of these."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
-from market_analyst.persistence.approvals.approvers import Approver
-from market_analyst.persistence.approvals.audit import Verification
-from market_analyst.persistence.approvals.sessions import SessionRecord
-from market_analyst.ports import AuditEvent
+
+@dataclass(frozen=True)
+class Approver:
+    """An approver as listed: never the token or its hash."""
+
+    name: str
+    token_id: str
+    created_at: str
+    role: str = "approver"
 
 
 class Approvers(Protocol):
@@ -26,6 +33,24 @@ class Approvers(Protocol):
     def authenticate(self, token: str) -> Approver | None: ...
     def current(self, name: str, token_id: str) -> Approver | None: ...
     def session_secret(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One signed-in session, as stored (never the session ID itself)."""
+
+    key: str
+    name: str
+    token_id: str
+    csrf: str
+    created_at: float
+    last_seen: float
+    client: str
+
+    @property
+    def label(self) -> str:
+        """A short name for the session, safe to show: the start of its key."""
+        return self.key[:12]
 
 
 class Sessions(Protocol):
@@ -52,16 +77,3 @@ class SignInFailures(Protocol):
     def retry_after(self, key: str, now: float) -> float | None: ...
     def failed(self, key: str, now: float) -> None: ...
     def failures(self, key: str, now: float) -> int: ...
-
-
-class AuditRecords(Protocol):
-    """The hash-chained audit log: appended by any number of writers, read, verified, exported."""
-
-    def append(self, event: AuditEvent) -> dict[str, Any]: ...
-    def erase_user(self, user_id: str, at: str) -> int: ...
-    def entries(self, thread_id: str | None = None) -> list[dict[str, Any]]: ...
-    def verify(self) -> Verification: ...
-    def export(self, fmt: str) -> str: ...
-
-
-__all__ = ["Approvers", "AuditRecords", "Sessions", "SignInFailures"]

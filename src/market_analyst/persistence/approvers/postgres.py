@@ -1,5 +1,5 @@
 """Approvers of the web inbox and the session secret in the PostgreSQL records database
-(`MA_RECORDS=postgres`), the twin of `approvers.py` for servers on several hosts.
+(`MA_RECORDS=postgres`), the twin of `files.py` for servers on several hosts.
 
 One row an approver: its name, its token's ID, the argon2 hash of the token, when it was made and
 its role. As with the file, the token itself is never stored and is shown once. A server remembers
@@ -15,17 +15,10 @@ import threading
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.approvals.approvers import (
-    Approver,
-    _check_role,
-    _dummy_hash,
-    _hasher,
-    _verifies,
-    well_formed,
-)
+from market_analyst.persistence.approvers.base import ApproverRules, approver_of, verifies, well_formed
 from market_analyst.persistence.postgres.records import RecordsTables
 from market_analyst.persistence.postgres.server import PostgresServer
-from market_analyst.state import validate_user_id
+from market_analyst.ports import Approver
 
 COMPONENT = "approvers"
 MIGRATIONS = (
@@ -49,19 +42,15 @@ MIGRATIONS = (
 _COLUMNS = "name, token_id, token_hash, created_at, role"
 
 
-def _approver(row: dict[str, Any]) -> Approver:
-    return Approver(row["name"], row["token_id"], row["created_at"], row["role"])
-
-
-class PostgresApproverStore:
-    """The approvers and the session secret in the records database that `settings` name."""
+class PostgresApproverStore(ApproverRules):
+    """The approvers and the session secret in the records database on `server`."""
 
     def __init__(self, server: PostgresServer) -> None:
         self.tables = RecordsTables(server, COMPONENT, MIGRATIONS)
         self._verified: dict[bytes, tuple[str, str]] = {}  # token digest -> (name, token ID)
         self._lock = threading.Lock()
 
-    def _row(self, name: str) -> dict[str, Any] | None:
+    def _entry(self, name: str) -> dict[str, Any] | None:
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT {_COLUMNS} FROM ma_approvers WHERE name = %s", (name,))
             row: dict[str, Any] | None = cur.fetchone()
@@ -69,26 +58,14 @@ class PostgresApproverStore:
 
     # -- managing approvers -----------------------------------------------------------------------
 
-    def add(self, name: str, created_at: str, role: str = "approver") -> str:
-        """Make an approver with `role` and return its token, the only time it is ever available."""
-        validate_user_id(name)
-        _check_role(role)
-        token_id = secrets.token_hex(6)
-        token = f"{token_id}.{secrets.token_urlsafe(32)}"
-        token_hash = _hasher().hash(token)
+    def _insert(self, entry: dict[str, Any]) -> bool:
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(
                 f"INSERT INTO ma_approvers ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s) "
                 "ON CONFLICT (name) DO NOTHING RETURNING name",
-                (name, token_id, token_hash, created_at, role),
+                (entry["name"], entry["token_id"], entry["token_hash"], entry["created_at"], entry["role"]),
             )
-            made = cur.fetchone()
-        if made is None:
-            raise UserError(
-                f"approver {name!r} exists; to issue a new token, remove it first "
-                f"(market-analyst approvers remove {name})"
-            )
-        return token
+            return cur.fetchone() is not None
 
     def remove(self, name: str) -> bool:
         """Remove an approver; its token and sessions stop working. False when there was none."""
@@ -96,17 +73,10 @@ class PostgresApproverStore:
             cur.execute("DELETE FROM ma_approvers WHERE name = %s RETURNING name", (name,))
             return cur.fetchone() is not None
 
-    def set_role(self, name: str, role: str) -> bool:
-        """Give approver `name` another role; False when there is no such approver."""
-        _check_role(role)
+    def _change_role(self, name: str, role: str) -> bool:
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute("UPDATE ma_approvers SET role = %s WHERE name = %s RETURNING name", (role, name))
             return cur.fetchone() is not None
-
-    def role_of(self, name: str) -> str | None:
-        """The role of approver `name`, or None when no approver has that name."""
-        row = self._row(name)
-        return None if row is None else str(row["role"])
 
     def stored(self) -> list[dict[str, Any]]:
         """Every approver's row (with its token hash, never a token), by name."""
@@ -146,17 +116,7 @@ class PostgresApproverStore:
                 present += 1
         return added, present
 
-    def list(self) -> list[Approver]:
-        """Every approver, by name."""
-        with self.tables.connect() as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT {_COLUMNS} FROM ma_approvers ORDER BY name")
-            return [_approver(row) for row in cur.fetchall()]
-
     # -- signing in -------------------------------------------------------------------------------
-
-    def _holder(self, known: tuple[str, str]) -> Approver | None:
-        row = self._row(known[0])
-        return _approver(row) if row and row["token_id"] == known[1] else None
 
     def recognised(self, token: str) -> Approver | None:
         """The approver of a token this process has verified before, while that approver still holds
@@ -166,7 +126,7 @@ class PostgresApproverStore:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             known = self._verified.get(digest)
-        return None if known is None else self._holder(known)
+        return None if known is None else self._holder(*known)
 
     def knows_token_id(self, token_id: str) -> bool:
         """Whether some approver's token has this ID (the ID is not the secret)."""
@@ -185,25 +145,16 @@ class PostgresApproverStore:
         with self._lock:
             known = self._verified.get(digest)
         if known is not None:
-            return self._holder(known)
+            return self._holder(*known)
         token_id = token.split(".", 1)[0]
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT {_COLUMNS} FROM ma_approvers WHERE token_id = %s", (token_id,))
             row = cur.fetchone()
-        if not _verifies(row["token_hash"] if row else _dummy_hash(), token) or row is None:
+        if not verifies(row, token) or row is None:
             return None
         with self._lock:
             self._verified[digest] = (row["name"], row["token_id"])
-        return _approver(row)
-
-    def current(self, name: str, token_id: str) -> Approver | None:
-        """The approver `name` if its token is still the one `token_id` names (a session's check)."""
-        row = self._row(name)
-        if row is None or not secrets.compare_digest(
-            row["token_id"].encode(), token_id.encode("utf-8", "replace")
-        ):
-            return None
-        return _approver(row)
+        return approver_of(row)
 
     # -- the session secret -----------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Signed-in sessions and failed sign-in counts of the web inbox in the PostgreSQL records database
-(`MA_RECORDS=postgres`), the twins of `sessions.py` and `sign_in_limits.py` for servers on several
-hosts: a sign-in through one server works through every other, a sign-out or a revocation anywhere
-ends the session everywhere at its next request, and every server counts against the same limits.
+(`MA_RECORDS=postgres`), the twins of `files.py` for servers on several hosts: a sign-in through
+one server works through every other, a sign-out or a revocation anywhere ends the session
+everywhere at its next request, and every server counts against the same limits.
 
 A session row is keyed by the SHA-256 digest of the session ID, as the file is named by it. A use
 (`touch`) is one conditional UPDATE of a row that is still there and live, so a revocation racing a
@@ -11,14 +11,14 @@ use is never undone. A key's turn is a session advisory lock held for the check 
 from __future__ import annotations
 
 import hashlib
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from market_analyst.persistence.approvals.sessions import _KEY_LENGTH, SessionRecord, session_key
 from market_analyst.persistence.postgres.records import RecordsTables
 from market_analyst.persistence.postgres.server import PostgresServer
+from market_analyst.persistence.sessions.base import SessionRules, names_a_session, new_session, session_key
+from market_analyst.ports import SessionRecord
 
 SESSIONS = "sessions"
 SESSION_MIGRATIONS = (
@@ -56,30 +56,17 @@ def _record(row: dict[str, Any]) -> SessionRecord:
     return SessionRecord(**row)
 
 
-class PostgresSessionStore:
-    """Session rows, ended after `idle` seconds unused or `lifetime` seconds after sign-in."""
+class PostgresSessionStore(SessionRules):
+    """Session rows on `server`, ended after `idle` seconds unused or `lifetime` seconds after sign-in."""
 
     def __init__(self, server: PostgresServer, *, idle: float, lifetime: float) -> None:
+        super().__init__(idle=idle, lifetime=lifetime)
         self.tables = RecordsTables(server, SESSIONS, SESSION_MIGRATIONS)
-        self.idle = idle
-        self.lifetime = lifetime
-
-    def _expired(self, record: SessionRecord, now: float) -> bool:
-        return now - record.last_seen >= self.idle or now - record.created_at >= self.lifetime
 
     def create(self, *, name: str, token_id: str, client: str, now: float) -> tuple[str, SessionRecord]:
         """A new session for approver `name`: its ID (for the cookie, never stored) and its record.
         Expired rows are deleted at the same time."""
-        session_id = secrets.token_urlsafe(32)
-        record = SessionRecord(
-            key=session_key(session_id),
-            name=name,
-            token_id=token_id,
-            csrf=secrets.token_urlsafe(32),
-            created_at=now,
-            last_seen=now,
-            client=client[:64],
-        )
+        session_id, record = new_session(name=name, token_id=token_id, client=client, now=now)
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(
                 "DELETE FROM ma_sessions WHERE %s - last_seen >= %s OR %s - created_at >= %s",
@@ -118,12 +105,11 @@ class PostgresSessionStore:
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT {_COLUMNS} FROM ma_sessions WHERE name = %s", (name,))
             found = [_record(row) for row in cur.fetchall()]
-        live = [r for r in found if not self._expired(r, now)]
-        return sorted(live, key=lambda r: (r.created_at, r.key))
+        return self._live(found, now)
 
     def revoke(self, key: str) -> bool:
         """End one session at once; False when there was none under `key`."""
-        if len(key) != _KEY_LENGTH or not all(c in "0123456789abcdef" for c in key):
+        if not names_a_session(key):
             return False
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute("DELETE FROM ma_sessions WHERE key = %s RETURNING key", (key,))
@@ -143,8 +129,8 @@ def _turn_key(key: str) -> int:
 
 class PostgresSignInLimits:
     """At most `limit` failures per key in any `window` seconds, counted by every server on every
-    host. Failures older than the window are deleted as new ones are counted, so the table keeps
-    only the last window's."""
+    host (the records database on `server`). Failures older than the window are deleted as new ones
+    are counted, so the table keeps only the last window's."""
 
     def __init__(self, server: PostgresServer, *, limit: int, window: float) -> None:
         self.tables = RecordsTables(server, LIMITS, LIMIT_MIGRATIONS)

@@ -1,5 +1,5 @@
-"""The audit log in the PostgreSQL records database (`MA_RECORDS=postgres`): the same hash chain as
-the file log (`audit.py`), one row an entry, so every host appends to one chain.
+"""The audit log in the PostgreSQL records database (`MA_RECORDS=postgres`): the same hash chain
+(`base.py`) as the file log (`files.py`), one row an entry, so every host appends to one chain.
 
 A row holds an entry exactly as the file log stores its line (canonical JSON), under its number
 (`seq`, the primary key) and its `event_id` (a unique key: a repeated event is found, not scanned
@@ -14,17 +14,7 @@ import json
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.approvals.audit import (
-    GENESIS,
-    Verification,
-    canonical,
-    erase_personal,
-    erasure_entry,
-    export_entries,
-    flatten,
-    next_entry,
-    verify_chain,
-)
+from market_analyst.persistence.audit.base import GENESIS, AuditChain, canonical, erase, next_entry
 from market_analyst.persistence.postgres.records import RecordsTables
 from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.ports import AuditEvent
@@ -50,21 +40,12 @@ MIGRATIONS = (
     """,
     "INSERT INTO ma_audit_head (id, seq, hash) VALUES (1, 0, repeat('0', 64))",
 )
-_NO_HEAD = "the log's head row (ma_audit_head) is missing"
 
 
-def _parse(body: str, seq: int) -> dict[str, Any]:
-    try:
-        entry = json.loads(body)
-    except ValueError:
-        entry = None
-    if not isinstance(entry, dict):
-        raise UserError(f"audit entry {seq} is not a JSON object: run 'market-analyst audit verify'")
-    return entry
+class PostgresAuditLog(AuditChain):
+    """The hash-chained audit log in the records database on `server`."""
 
-
-class PostgresAuditLog:
-    """The hash-chained audit log in the records database that `settings` name."""
+    NO_HEAD = "the log's head row (ma_audit_head) is missing"
 
     def __init__(self, server: PostgresServer) -> None:
         self.tables = RecordsTables(server, COMPONENT, MIGRATIONS)
@@ -77,7 +58,7 @@ class PostgresAuditLog:
         head = cur.fetchone()
         if head is None:
             raise UserError(
-                f"the audit log cannot be appended to: {_NO_HEAD}; run 'market-analyst audit verify'"
+                f"the audit log cannot be appended to: {self.NO_HEAD}; run 'market-analyst audit verify'"
             )
         return None if head["seq"] == 0 else {"seq": int(head["seq"]), "hash": head["hash"]}
 
@@ -99,7 +80,7 @@ class PostgresAuditLog:
             cur.execute("SELECT seq, body FROM ma_audit_entries WHERE event_id = %s", (event.event_id,))
             found = cur.fetchone()
             if found is not None:
-                return _parse(found["body"], found["seq"])
+                return self._parse(found["body"], found["seq"])
             entry = next_entry(event, last)
             self._insert(cur, entry)
         return entry
@@ -134,9 +115,9 @@ class PostgresAuditLog:
         with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
             last = self._lock_head(cur)
             cur.execute("SELECT seq, body FROM ma_audit_entries ORDER BY seq")
-            entries = [_parse(row["body"], row["seq"]) for row in cur.fetchall()]
-            erased = erase_personal(entries, user_id)
-            if not erased or last is None:
+            entries = [self._parse(row["body"], row["seq"]) for row in cur.fetchall()]
+            erased, marker = erase(entries, user_id, at)
+            if marker is None or last is None:
                 return 0
             for entry in entries:
                 if int(entry["seq"]) in erased:
@@ -144,21 +125,30 @@ class PostgresAuditLog:
                         "UPDATE ma_audit_entries SET body = %s WHERE seq = %s",
                         (canonical(entry), entry["seq"]),
                     )
-            self._insert(cur, erasure_entry(entries[-1], erased, at))
+            self._insert(cur, marker)
         return len(erased)
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _bodies(self) -> tuple[list[tuple[int, str]], dict[str, Any] | None]:
+    @staticmethod
+    def _parse(stored: bytes | str, number: int) -> dict[str, Any]:
+        try:
+            entry = json.loads(stored)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            raise UserError(f"audit entry {number} is not a JSON object: run 'market-analyst audit verify'")
+        return entry
+
+    def _chain(self) -> tuple[list[tuple[int, bytes]], dict[str, Any] | None]:
         with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("SELECT seq, body FROM ma_audit_entries ORDER BY seq")
-            rows = [(int(row["seq"]), str(row["body"])) for row in cur.fetchall()]
+            rows = [(int(row["seq"]), str(row["body"]).encode()) for row in cur.fetchall()]
             cur.execute("SELECT seq, hash FROM ma_audit_head WHERE id = 1")
             head = cur.fetchone()
         return rows, (None if head is None else {"seq": int(head["seq"]), "hash": head["hash"]})
 
-    def entries(self, thread_id: str | None = None) -> list[dict[str, Any]]:
-        """Every entry in order (only `thread_id`'s when given), personal content inlined."""
+    def _thread_entries(self, thread_id: str | None) -> list[dict[str, Any]]:
         with self.tables.connect() as conn, conn.cursor() as cur:
             if thread_id is None:
                 cur.execute("SELECT seq, body FROM ma_audit_entries ORDER BY seq")
@@ -167,21 +157,4 @@ class PostgresAuditLog:
                     "SELECT seq, body FROM ma_audit_entries WHERE thread_id = %s ORDER BY seq", (thread_id,)
                 )
             rows = cur.fetchall()
-        return [flatten(_parse(row["body"], row["seq"])) for row in rows]
-
-    def stored(self) -> list[dict[str, Any]]:
-        """Every entry as stored (personal content apart), in order."""
-        rows, _ = self._bodies()
-        return [_parse(body, seq) for seq, body in rows]
-
-    def verify(self) -> Verification:
-        """Recompute the chain as the file log's `verify` does, against the head row."""
-        rows, head = self._bodies()
-        return verify_chain([body.encode() for _, body in rows], head, _NO_HEAD)
-
-    def export(self, fmt: str) -> str:
-        """The whole log as JSON lines (the entries as stored) or CSV (one row an entry)."""
-        rows, _ = self._bodies()
-        lines = [body.encode() for _, body in rows]
-        entries = [] if fmt == "jsonl" else [flatten(_parse(body, seq)) for seq, body in rows]
-        return export_entries(lines, entries, fmt)
+        return [self._parse(row["body"], row["seq"]) for row in rows]

@@ -1,1 +1,0 @@
-"""What an approval rests on: the approvers, their sign-in sessions and limits, the audit log."""
