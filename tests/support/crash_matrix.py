@@ -78,6 +78,40 @@ def reference_run(h: Harness, env: dict[str, str], thread_id: str) -> tuple[byte
     return path.read_bytes(), first.seconds + second.seconds
 
 
+@dataclass(frozen=True)
+class Reference:
+    """One uncrashed run's document, and how long its analyze and approve took.
+
+    The document depends on the thread only through its ID (the `thread_id` and `operation_id`
+    fields, and the key the archive derives from the operation ID), so one run serves every case:
+    `for_thread` gives the document an uncrashed run of another thread writes. A test holds it to a
+    real run of another thread (`test_crash_recovery`), byte for byte."""
+
+    thread_id: str
+    document: bytes
+    seconds: float
+
+    def for_thread(self, thread_id: str) -> bytes:
+        from market_analyst.persistence.archive.document import operation_key, render_document
+
+        document = json.loads(self.document)
+        assert document["thread_id"] == self.thread_id, document["thread_id"]
+        draft = document["operation_id"].removeprefix(f"{self.thread_id}:")
+        assert draft != document["operation_id"], document["operation_id"]
+        document |= {"thread_id": thread_id, "operation_id": f"{thread_id}:{draft}"}
+        document["key"] = operation_key(document["ticker"], document["as_of"], document["operation_id"])
+        rendered = render_document(document)
+        if thread_id != self.thread_id:
+            assert self.thread_id.encode() not in rendered, "the thread ID is in more fields than these"
+        return rendered
+
+
+def reference(h: Harness, env: dict[str, str], thread_id: str) -> Reference:
+    """The uncrashed run every case of a test session is compared with (see `Reference`)."""
+    document, seconds = reference_run(h, env, thread_id)
+    return Reference(thread_id, document, seconds)
+
+
 def _status(h: Harness, env: dict[str, str], thread_id: str) -> str:
     status = h.run(["status", thread_id, "--json"], env)
     if status.returncode != 0:

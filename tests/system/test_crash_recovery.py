@@ -20,8 +20,10 @@ from tests.support.crash_matrix import (
     KILL_POINTS,
     LEASE_TTL_SECONDS,
     MODES,
+    Reference,
     expected_loss,
     record,
+    reference,
     reference_run,
     run_case,
 )
@@ -36,6 +38,19 @@ RANDOM_SEED = {"postgres": 20250214, "redis": 20201120}
 def crash_databases(postgres_server: str) -> Iterator[dict[str, str]]:
     """Two databases per worker: one for the uncrashed reference runs, one for the crashed runs."""
     yield {role: new_database(postgres_server, prefix=f"crash_{role}_") for role in ("reference", "crash")}
+
+
+@pytest.fixture(scope="session")
+def uncrashed(
+    harness: Harness, crash_databases: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Reference:
+    """One uncrashed run (PostgreSQL, `sync`) per worker, which every case is compared with."""
+    env = clean_environ() | {
+        "SOURCE_DATE_EPOCH": FIXED_CLOCK,
+        "MA_DATA_DIR": str(tmp_path_factory.mktemp("uncrashed") / "data"),
+        "POSTGRES_URL": crash_databases["reference"],
+    }
+    return reference(harness, env, f"crash-{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture
@@ -73,9 +88,9 @@ def _assert_recovered(report, allowed=None) -> None:
 @pytest.mark.parametrize("envs", ["postgres", "redis"], indirect=True)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kill_point", KILL_POINTS)
-def test_kill_point(harness: Harness, envs: dict, mode: str, kill_point: str):
+def test_kill_point(harness: Harness, uncrashed: Reference, envs: dict, mode: str, kill_point: str):
     thread_id = f"crash-{uuid.uuid4().hex[:12]}"
-    expected, _ = reference_run(harness, envs["reference"], thread_id)
+    expected = uncrashed.for_thread(thread_id)
     report = run_case(harness, envs["crashed"] | {"MA_DURABILITY": mode}, thread_id, kill_point, expected)
     record(report, envs["backend"], mode)
     _assert_recovered(report, expected_loss(mode, kill_point))
@@ -83,18 +98,19 @@ def test_kill_point(harness: Harness, envs: dict, mode: str, kill_point: str):
 
 @pytest.mark.parametrize("envs", ["postgres", "redis"], indirect=True)
 @pytest.mark.parametrize("index", range(RANDOM_KILLS))
-def test_random_kill_in_sync_mode(harness: Harness, envs: dict, index: int, request: pytest.FixtureRequest):
+def test_random_kill_in_sync_mode(
+    harness: Harness, uncrashed: Reference, envs: dict, index: int, request: pytest.FixtureRequest
+):
     """Kill at a seeded fraction of the time an uncrashed run just took (so under any load the kill
     lands inside the run); a run that still finished first is tried again at half the delay."""
     backend = request.node.callspec.params["envs"]
     fraction = random.Random(RANDOM_SEED[backend] + index).random()
     for attempt in range(4):
         thread_id = f"random-{uuid.uuid4().hex[:12]}"
-        # Each attempt gets data directories of its own, so its archive holds only its own report.
-        reference = envs["reference"] | {"MA_DATA_DIR": f"{envs['reference']['MA_DATA_DIR']}-{thread_id}"}
+        # Each attempt gets a data directory of its own, so its archive holds only its own report.
         crashed = envs["crashed"] | {"MA_DATA_DIR": f"{envs['crashed']['MA_DATA_DIR']}-{thread_id}"}
-        expected, seconds = reference_run(harness, reference, thread_id)
-        kill_point = f"at:{fraction * 0.9 * seconds / 2**attempt:.3f}"
+        expected = uncrashed.for_thread(thread_id)
+        kill_point = f"at:{fraction * 0.9 * uncrashed.seconds / 2**attempt:.3f}"
         report = run_case(harness, crashed | {"MA_DURABILITY": "sync"}, thread_id, kill_point, expected)
         if report.killed:
             break
@@ -103,3 +119,12 @@ def test_random_kill_in_sync_mode(harness: Harness, envs: dict, index: int, requ
         pytest.fail(f"no kill landed: every run finished before its timer ({kill_point})")
     _assert_recovered(report)
     assert len(report.reran) <= 1, f"{kill_point}: sync mode re-ran {report.reran}"
+
+
+@pytest.mark.parametrize("envs", ["postgres"], indirect=True)
+def test_one_uncrashed_run_stands_for_every_thread(harness: Harness, uncrashed: Reference, envs: dict):
+    """The cases compare with `uncrashed.for_thread(...)`: it is what a real run of that thread writes."""
+    thread_id = f"crash-{uuid.uuid4().hex[:12]}"
+    document, _ = reference_run(harness, envs["reference"], thread_id)
+    assert uncrashed.for_thread(thread_id) == document
+    assert uncrashed.for_thread(uncrashed.thread_id) == uncrashed.document
