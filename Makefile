@@ -29,11 +29,11 @@ ALL_TIERS := tests/system tests/journeys tests/conformance tests/unit
 FAST_TIERS := tests/unit tests/conformance
 
 test:
-	@$(BIN)/pytest -n $(PYTEST_WORKERS) -q --durations=25 $(ALL_TIERS) $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -q --durations=25 $(ALL_TIERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 test-fast:
-	@$(BIN)/pytest -n $(PYTEST_WORKERS) -q $(FAST_TIERS) $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(FAST_TIERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-fast: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # ruff, mypy, and the import contracts in pyproject.toml (layers; adapters only through deps.py).
@@ -42,6 +42,10 @@ lint:
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Every section of scripts/bench.py at its real size (minutes). BENCH_ARGS picks sections and sizes:
+# BENCH_ARGS=threads (one section), BENCH_ARGS='--n 20000' (every section at one size),
+# BENCH_ARGS=--small (every section at its own small size, one timed process of each kind: a check
+# that each runs, not a measurement), --check (exit 1 when a target is missed).
 bench:
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 

@@ -37,6 +37,11 @@ def _start(request: pytest.FixtureRequest, tmp: Any, postgres_server: str, quoru
     return dev_server(home, env, CALLERS)
 
 
+# One worker runs this module (`make test` distributes by group), so each `langgraph dev` server
+# below starts once rather than once on every worker that draws one of its tests.
+pytestmark = pytest.mark.xdist_group("langgraph-attacks")
+
+
 @pytest.fixture(scope="module", params=["files", "postgres"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: Any, postgres_server: str

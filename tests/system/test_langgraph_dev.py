@@ -20,6 +20,11 @@ from tests.support.services import new_database
 CALLERS = {"ann": "requester", "bob": "approver", "rita": "reviewer"}
 
 
+# One worker runs this module (`make test` distributes by group), so each `langgraph dev` server
+# below starts once rather than once on every worker that draws one of its tests.
+pytestmark = pytest.mark.xdist_group("langgraph-dev")
+
+
 @pytest.fixture(scope="module", params=["files", "postgres"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_server: str
