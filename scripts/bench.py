@@ -1,12 +1,16 @@
-"""Benchmarks, in independent sections: `python scripts/bench.py [SECTION ...] [--n N] [--check]`.
+"""Benchmarks, in independent sections: `python scripts/bench.py [SECTION ...] [--n N | --small] [--check]`.
 
 Each section builds its own data in a temporary directory (the profile sections share one pair of
 seeded stores per size), prints its own lines (the numbers, and whether its targets were met) and
 returns whether they were. With no SECTION every section runs.
-`--n` overrides each section's data size for a quick run; `--check` exits 1 when a target is missed
-(timings depend on the machine, so the default is to report, not to judge).
+`--n` overrides each section's data size for a quick run. `--small` runs each section at its own
+small size (`SMALL`) and times one fresh process of each kind where a section would time several:
+a check, in a few minutes, that every section still runs (the test suite's), not a measurement.
+`--check` exits 1 when a target is missed (timings depend on the machine, so the default is to
+report, not to judge).
 
-To add a section: write `def bench_NAME(n: int | None) -> bool`, then add it to `SECTIONS`.
+To add a section: write `def bench_NAME(scale: Scale) -> bool`, then add it to `SECTIONS` and its
+small size to `SMALL`.
 """
 
 from __future__ import annotations
@@ -14,100 +18,112 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import bench_profiles as bench_profiles_module
 
-Section = Callable[[int | None], bool]
+
+@dataclass(frozen=True)
+class Scale:
+    """How big a section's run is: `n`, its data size, and `runs`, how many fresh processes it times
+    of each kind; None is the section's own default."""
+
+    n: int | None = None
+    runs: int | None = None
 
 
-def bench_profiles(n: int | None) -> bool:
+Section = Callable[[Scale], bool]
+
+
+def bench_profiles(scale: Scale) -> bool:
     """Profile lookups by exact user ID on Qdrant Edge, and exact-filter scrolls on both engines."""
-    n = n or 100_000
+    n = scale.n or 100_000
     print(f"profiles: {n:,} stored profiles, Qdrant Edge and qdrant-client local mode")
     return bench_profiles_module.lookups(n)
 
 
-def bench_profile_open(n: int | None) -> bool:
+def bench_profile_open(scale: Scale) -> bool:
     """A fresh process opens the store and reads one profile: Qdrant Edge against local mode."""
-    n = n or 100_000
+    n = scale.n or 100_000
     print(f"profile-open: a fresh process opens the profile store and reads one profile ({n:,} profiles)")
-    return bench_profiles_module.fresh_open(n)
+    return bench_profiles_module.fresh_open(n, runs=scale.runs or 5)
 
 
-def bench_analyze_start(n: int | None) -> bool:
+def bench_analyze_start(scale: Scale) -> bool:
     """`analyze` from process start to the approval gate, with the store of each engine."""
-    n = n or 100_000
+    n = scale.n or 100_000
     print(f"analyze-start: 'analyze' from process start to the gate, {n:,} stored profiles")
-    return bench_profiles_module.analyze_start(n)
+    return bench_profiles_module.analyze_start(n, runs=scale.runs or 3)
 
 
-def bench_archive(n: int | None) -> bool:
+def bench_archive(scale: Scale) -> bool:
     """`reports list` and `reports search` over archived reports (10,000 by default), against a
     reader that parses every file; no target is set, the ratio is reported."""
     import bench_archive
 
-    bench_archive.run(n or 10_000)
+    bench_archive.run(scale.n or 10_000)
     return True
 
 
-def bench_archive_postgres(n: int | None) -> bool:
+def bench_archive_postgres(scale: Scale) -> bool:
     """`reports list` and `reports search` over 100,000 reports by default, in the directory archive
     and in PostgreSQL (`MA_RECORDS=postgres`), p50 side by side; no target is set, the ratio is
     reported."""
     import bench_archive
 
-    bench_archive.run_postgres(n or 100_000)
+    bench_archive.run_postgres(scale.n or 100_000)
     return True
 
 
-def bench_approvals(n: int | None) -> bool:
+def bench_approvals(scale: Scale) -> bool:
     """An approval through a warm `market-analyst serve` against `market-analyst approve` in a process
     of its own (100 of each by default); no target is set, both are reported."""
     import bench_approvals
 
-    bench_approvals.run(n or 100)
+    bench_approvals.run(scale.n or 100)
     return True
 
 
-def bench_threads(n: int | None) -> bool:
+def bench_threads(scale: Scale) -> bool:
     """`threads --pending` over 10,000 threads by default, on PostgreSQL and Redis, through the thread
     index against loading every thread's state; no target is set, the ratio is reported."""
     import bench_threads
 
-    bench_threads.run(n or 10_000)
+    bench_threads.run(scale.n or 10_000)
     return True
 
 
-def bench_memory(n: int | None) -> bool:
+def bench_memory(scale: Scale) -> bool:
     """Recall latency at 1,000 / 10,000 / 100,000 memories on Qdrant Edge (target: p50 under 20 ms
     at 100,000), write cost, bytes on disk, and a fresh process recalling with and without memories."""
     import bench_memory
 
+    n = scale.n
     sizes = [n] if n else [1_000, 10_000, 100_000]
     print(f"memory: recall over {', '.join(f'{size:,}' for size in sizes)} memories on Qdrant Edge")
     met = bench_memory.recall(sizes)
     bench_memory.writes(min(n or 1_000, 1_000))
-    bench_memory.fresh(min(n or 1_000, 1_000), runs=5 if n is None else 2)
+    bench_memory.fresh(min(n or 1_000, 1_000), runs=scale.runs or (5 if n is None else 2))
     return met
 
 
-def bench_replicas(n: int | None) -> bool:
+def bench_replicas(scale: Scale) -> bool:
     """Approvals (64 of each by default) through two `serve` replicas on one PostgreSQL records
     database and checkpointer, against one replica; no target is set, both are reported."""
     import bench_replicas
 
-    bench_replicas.run(n or 64)
+    bench_replicas.run(scale.n or 64)
     return True
 
 
-def bench_memory_analyze(n: int | None) -> bool:
+def bench_memory_analyze(scale: Scale) -> bool:
     """`analyze` to the gate for a user with 1,000 memories against the same user with none (target
     within 1.3x), and that a user with none loads no embedding model."""
     import bench_memory_analyze
 
-    n = n or 1_000
+    n = scale.n or 1_000
     print(f"memory-analyze: 'analyze' from process start to the gate, a user with {n:,} memories and none")
-    return bench_memory_analyze.run(n)
+    return bench_memory_analyze.run(n, runs=scale.runs or 5)
 
 
 SECTIONS: dict[str, Section] = {
@@ -123,6 +139,21 @@ SECTIONS: dict[str, Section] = {
     "memory-analyze": bench_memory_analyze,
 }
 
+# Each section's size under --small: enough data for every line it prints, little enough that all
+# of them run in a few minutes.
+SMALL: dict[str, int] = {
+    "profiles": 300,
+    "profile-open": 300,
+    "analyze-start": 300,
+    "archive": 300,
+    "archive-postgres": 300,
+    "threads": 300,
+    "approvals": 2,
+    "memory": 300,
+    "replicas": 4,
+    "memory-analyze": 20,
+}
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen sections (all by default) and report which missed their targets."""
@@ -133,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECTION",
         help=f"sections to run: {', '.join(SECTIONS)} (default: all)",
     )
-    parser.add_argument("--n", type=int, default=None, help="data size for each section (default: its own)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--n", type=int, default=None, help="data size for each section (default: its own)")
+    size.add_argument(
+        "--small",
+        action="store_true",
+        help="each section at its own small size, one timed process of each kind: a check that it runs",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a section misses a target")
     args = parser.parse_args(argv)
     if args.n is not None and args.n < 1:
@@ -143,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown section {unknown[0]!r}: choose from {', '.join(SECTIONS)}")
     missed = []
     for name in args.sections or list(SECTIONS):
-        if not SECTIONS[name](args.n):
+        scale = Scale(SMALL[name], runs=1) if args.small else Scale(args.n)
+        if not SECTIONS[name](scale):
             missed.append(name)
         print()
     print(f"targets missed in: {', '.join(missed)}" if missed else "all targets met")

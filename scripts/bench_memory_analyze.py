@@ -112,7 +112,8 @@ def run(count: int = 1000, runs: int = 5) -> bool:
                 discard_embedded_postgres(d / "postgres")
     median = {k: statistics.median(t) for k, t in times.items()}
     ratio = median["with"] / median["none"]
-    print(f"  median of {runs} runs of 'analyze NVDA' to the gate, the same user:")
+    runs_of = "one run" if runs == 1 else f"median of {runs} runs"
+    print(f"  {runs_of} of 'analyze NVDA' to the gate, the same user:")
     print(f"    with {count:,} memories  {median['with']:.2f} s   (model loaded: {loaded['with']})")
     print(f"    with none            {median['none']:.2f} s   (model loaded: {loaded['none']})")
     met_ratio = ratio <= TARGET_RATIO

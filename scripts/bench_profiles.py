@@ -202,7 +202,8 @@ def fresh_open(n: int, runs: int = 5) -> bool:
             return {**json.loads(out), "process": time.perf_counter() - t0}
 
         medians[engine] = _median_of(runs, one_run)
-    print(f"  median of {runs} fresh processes, {n:,} profiles:")
+    runs_of = "one fresh process" if runs == 1 else f"median of {runs} fresh processes"
+    print(f"  {runs_of}, {n:,} profiles:")
     _side_by_side(
         [
             ("import the engine", {e: f"{m['import']:.3f} s" for e, m in medians.items()}),
@@ -244,7 +245,8 @@ def analyze_start(n: int, runs: int = 3) -> bool:
         for engine in ENGINES:  # the embedded servers and their files (elsewhere as root) go too
             discard_embedded_postgres(dirs[engine] / "postgres")
     median = {e: statistics.median(t) for e, t in times.items()}
-    print(f"  median of {runs} runs of 'analyze NVDA' (the run stops at the gate), {n:,} profiles:")
+    runs_of = "one run" if runs == 1 else f"median of {runs} runs"
+    print(f"  {runs_of} of 'analyze NVDA' (the run stops at the gate), {n:,} profiles:")
     _side_by_side([("process start to gate", {e: f"{m:.2f} s" for e, m in median.items()})])
     print(f"  Qdrant Edge saves {median['local'] - median['edge']:.2f} s a run")
     return True
