@@ -14,8 +14,9 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.cli import Cli
+from tests.support.cli import Cli, clean_environ
 from tests.support.make import run_make
+from tests.support.services import OUTER_POSTGRES_SERVER
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 
@@ -109,7 +110,8 @@ def _env_strategies() -> dict[str, st.SearchStrategy[str]]:
     return {name: st.sampled_from(values) for name, values in CHOICES.items()}
 
 
-def test_make_fuzz_runs_the_fuzz_test():
-    """The README's `make fuzz`, cut down to a few examples."""
-    result = run_make("fuzz", "FUZZ_EXAMPLES=3", timeout=300)
+def test_make_fuzz_runs_the_fuzz_test(postgres_server: str):
+    """The README's `make fuzz`, cut down to one example, on this session's PostgreSQL server."""
+    env = clean_environ() | {OUTER_POSTGRES_SERVER: postgres_server}
+    result = run_make("fuzz", "FUZZ_EXAMPLES=1", env=env, timeout=300)
     assert "1 passed" in result.stdout
