@@ -1,6 +1,6 @@
-"""Adapters that own their stores, one subpackage per store with its backends side by side over a
-`base.py` of the rules they share: checkpoints, profiles, memory, archive, approvers, audit,
-sessions.
+"""Adapters that own their stores, one subpackage per store with its backends side by side:
+checkpoints, profiles, memory, archive, approvers, audit, sessions. Under each store of our own, a
+`base.py` holds the rules its backends share (the checkpointer's savers are LangGraph's).
 
 `postgres/` is the plumbing the PostgreSQL stores share: the embedded server, where a server is and
 how a connection is opened, and the records database's numbered migrations. `migrate.py` is the one
