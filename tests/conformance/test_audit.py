@@ -1,6 +1,7 @@
 """The audit log as an operator meets it a year later: a working day of decisions recorded through the
 real CLI, `prune` and `forget` run over it, then `audit verify` against an edited byte, a deleted
-entry, two swapped entries and a cut tail; and eight real processes appending at once."""
+entry, two swapped entries and a cut tail. Eight real processes appending at once are in
+test_audit_port.py, on every backend."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import csv
 import io
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.support.cli import Cli, unique_id
@@ -98,44 +97,6 @@ def test_the_log_survives_prune_and_forget_and_names_the_first_entry_that_was_ta
         return lines
 
     _verify_fails(cli, tampered("t6", unrecorded_erasure), "entry 2 was erased without an erasure entry")
-
-
-APPENDER = """
-import sys
-from pathlib import Path
-from market_analyst.persistence.audit.files import AuditLog
-from market_analyst.ports import AuditEvent
-
-log = AuditLog(Path(sys.argv[1]))
-worker = sys.argv[2]
-for n in range(25):
-    log.append(AuditEvent(event_id=f"{worker}:{n}", action="approved", at="2026-01-01T00:00:00+00:00",
-                          thread_id=f"t-{worker}", actor=f"user-{worker}", note=f"note {n}"))
-    if n == 10:  # a repeat of an event already logged is kept once
-        log.append(AuditEvent(event_id=f"{worker}:{n}", action="approved", at="2026-01-01T00:00:00+00:00"))
-"""
-
-
-def test_eight_processes_appending_at_once_lose_nothing_and_keep_one_chain(cli: Cli, tmp_path: Path):
-    root = cli.data_dir / "audit"
-    script = tmp_path / "append.py"
-    script.write_text(APPENDER)
-    workers = [
-        subprocess.Popen([sys.executable, str(script), str(root), str(w)], stderr=subprocess.PIPE)
-        for w in range(8)
-    ]
-    for worker in workers:
-        _, err = worker.communicate(timeout=120)
-        assert worker.returncode == 0, err.decode()
-    entries = cli.ok("audit", "list", "--json").json()
-    assert [e["seq"] for e in entries] == list(range(1, 201))
-    assert sorted(e["event_id"] for e in entries) == sorted(f"{w}:{n}" for w in range(8) for n in range(25))
-    for worker in range(8):  # each writer's entries in the order it wrote them, none mixed
-        mine = [e for e in entries if e["thread_id"] == f"t-{worker}"]
-        assert [e["note"] for e in mine] == [f"note {n}" for n in range(25)]
-        assert {e["actor"] for e in mine} == {f"user-{worker}"}
-    assert "200 entries, one chain" in cli.ok("audit", "verify").stdout
-    assert (root / "audit.jsonl").stat().st_mode & 0o777 == 0o600
 
 
 def test_an_empty_or_unreadable_log_is_one_line(cli: Cli):

@@ -14,6 +14,8 @@ import multiprocessing
 import os
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ PRELOAD = [
     "langgraph.checkpoint.redis",
     "psycopg",
     "tests.support.crash_child",
+    "tests.support.port_writers",
     "qdrant_client",
     "langchain_openai",
 ]
@@ -108,6 +111,55 @@ class Harness:
         """Start every job at once, each in its own child process, and wait for all of them."""
         running = [self._start(argv, env, "none", cwd) for argv, env in jobs]
         return [job.finish(timeout) for job in running]
+
+    def call_together(
+        self, target: Callable[..., Any], calls: list[tuple[Any, ...]], timeout: float = 120
+    ) -> list[Any]:
+        """Call `target(*args)` for each `args` in a child process of its own, all at once: every child
+        starts, says it is ready and waits, and once all are ready they are let go together. Returns
+        what each call returned (JSON), in order; fails with its traceback if one raised."""
+        self.counter += 1
+        base = self.workdir / f"call-{os.getpid()}-{self.counter}"
+        go = Path(f"{base}.go")
+        files = [{k: f"{base}-{n}.{k}" for k in ("ready", "out", "err")} for n in range(len(calls))]
+        procs = [
+            self.ctx.Process(target=_call, args=(target, args, str(go), paths))
+            for args, paths in zip(calls, files, strict=True)
+        ]
+        for proc in procs:
+            proc.start()
+        deadline = time.monotonic() + timeout
+        while not all(Path(paths["ready"]).exists() for paths in files):
+            dead = [p for p in procs if p.exitcode is not None]
+            assert not dead and time.monotonic() < deadline, "a child did not get ready: " + "".join(
+                Path(paths["err"]).read_text() for paths in files if Path(paths["err"]).exists()
+            )
+            time.sleep(0.005)
+        go.touch()
+        results = []
+        for proc, paths in zip(procs, files, strict=True):
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+                raise AssertionError(f"{target.__name__} did not finish in {timeout} s")
+            err = Path(paths["err"]).read_text() if Path(paths["err"]).exists() else ""
+            assert proc.exitcode == 0, f"{target.__name__} exited {proc.exitcode}: {err}"
+            results.append(json.loads(Path(paths["out"]).read_text()))
+        return results
+
+
+def _call(target: Callable[..., Any], args: tuple[Any, ...], go: str, files: dict[str, str]) -> None:
+    """A child of `Harness.call_together`: ready, wait for the go, call, write the result."""
+    try:
+        Path(files["ready"]).touch()
+        while not Path(go).exists():
+            time.sleep(0.002)
+        result = target(*args)
+    except BaseException:
+        Path(files["err"]).write_text(traceback.format_exc())
+        os._exit(1)
+    Path(files["out"]).write_text(json.dumps(result))
 
 
 @dataclass

@@ -1,0 +1,98 @@
+"""Writers for the ports' conformance suites: each runs in a child process of its own (forked by the
+`harness`, `Harness.call_together`), against the records backend its settings name, and returns what
+it wrote for the test to find again.
+
+`RECORDS` are the backends of the records ports (approvers, sessions, sign-in failures, the audit
+log): the data directory's files, and the PostgreSQL records database (`MA_RECORDS=postgres`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from market_analyst.settings import Settings
+
+RECORDS = ("files", "postgres")
+
+
+def records_environ(backend: str, data_dir: Path, postgres_url: str) -> dict[str, str]:
+    """The settings that put the records ports on `backend`."""
+    environ = {"MA_DATA_DIR": str(data_dir)}
+    if backend == "postgres":
+        environ |= {"POSTGRES_URL": postgres_url, "MA_RECORDS": "postgres"}
+    return environ
+
+
+def records_settings(environ: dict[str, str]) -> Settings:
+    return Settings.load(environ=environ, dotenv=None)
+
+
+def append_events(environ: dict[str, str], worker: str, each: int) -> None:
+    """Append `each` events for this worker, one of them twice."""
+    from market_analyst.deps import open_audit
+    from market_analyst.ports import AuditEvent
+
+    log = open_audit(records_settings(environ))
+    for n in range(each):
+        log.append(
+            AuditEvent(
+                event_id=f"{worker}:{n}", action="approved", at="2026-01-01T00:00:00+00:00",
+                thread_id=f"t-{worker}", actor=f"user-{worker}", note=f"note {n}",
+            )
+        )  # fmt: skip
+        if n == 10:  # a repeat of an event already logged is kept once
+            log.append(
+                AuditEvent(event_id=f"{worker}:{n}", action="approved", at="2026-01-01T00:00:00+00:00")
+            )
+
+
+def add_and_remove_approvers(environ: dict[str, str], worker: str) -> dict[str, Any]:
+    """Add eight approvers and remove every second; ask for the session secret three times."""
+    from market_analyst.deps import open_approvers
+
+    store = open_approvers(records_settings(environ))
+    tokens = {}
+    for n in range(8):
+        name = f"{worker}-{n}"
+        tokens[name] = store.add(name, "2026-01-01T00:00:00+00:00")
+        if n % 2:
+            assert store.remove(name)
+            del tokens[name]
+    secrets = {store.session_secret() for _ in range(3)}
+    assert len(secrets) == 1
+    return {"tokens": tokens, "secret": secrets.pop()}
+
+
+def create_and_revoke_sessions(environ: dict[str, str], worker: str, each: int) -> dict[str, list[str]]:
+    """Create `each` sessions, use each, and revoke every third (a use after that revives nothing)."""
+    from market_analyst.deps import open_sessions
+
+    store = open_sessions(records_settings(environ))
+    made, revoked = [], []
+    for n in range(each):
+        _, record = store.create(name=worker, token_id=f"t-{worker}", client=f"10.0.0.{n}", now=time.time())
+        made.append(record.key)
+        store.touch(record.key, time.time())
+        if n % 3 == 0:
+            assert store.revoke(record.key)
+            assert store.touch(record.key, time.time()) is None  # a use after revocation revives nothing
+            revoked.append(record.key)
+    return {"made": made, "revoked": revoked}
+
+
+def count_failures(environ: dict[str, str], worker: str, each: int, counter: str) -> None:
+    """Count `each` failed sign-ins on a shared key and on one of this worker's own, and take `each`
+    turns at a read-pause-write of the `counter` file, which only one process at a time may do."""
+    from market_analyst.deps import open_sign_in_limits
+
+    limits = open_sign_in_limits(records_settings(environ), limit=10**6, window=3600)
+    path = Path(counter)
+    for _ in range(each):
+        limits.failed("shared", time.time())
+        limits.failed(f"own:{worker}", time.time())
+        with limits.turn("counter"):
+            value = int(path.read_text()) if path.exists() else 0
+            time.sleep(0.001)
+            path.write_text(str(value + 1))
