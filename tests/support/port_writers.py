@@ -96,3 +96,22 @@ def count_failures(environ: dict[str, str], worker: str, each: int, counter: str
             value = int(path.read_text()) if path.exists() else 0
             time.sleep(0.001)
             path.write_text(str(value + 1))
+
+
+# A store's migrations as a later test release would carry them: a seed row in version 1 shows a
+# migration that ran twice (two rows), an index in version 2 shows one applied on top.
+PROBE_MIGRATIONS = [
+    "CREATE TABLE probe (n integer NOT NULL); INSERT INTO probe VALUES (1)",
+    "CREATE INDEX probe_n ON probe (n); INSERT INTO probe VALUES (2)",
+]
+
+
+def open_probe_records(postgres_url: str, versions: int, data_dir: str) -> int:
+    """Open the records database for a `probe` store with its first `versions` migrations; return
+    the rows its table holds."""
+    from market_analyst.deps import postgres_server
+    from market_analyst.persistence.postgres.records import records_connection
+
+    settings = Settings.load({"POSTGRES_URL": postgres_url, "MA_DATA_DIR": data_dir}, dotenv=None)
+    with records_connection(postgres_server(settings), "probe", PROBE_MIGRATIONS[:versions]) as conn:
+        return int(conn.execute("SELECT count(*) AS n FROM probe").fetchone()["n"])
