@@ -58,6 +58,8 @@ def trace(body, out):
             return
         ran.add(module)
         caller = frame.f_back
+        while caller is not None and caller.f_code.co_filename.endswith("contextlib.py"):
+            caller = caller.f_back  # a context manager's generator runs under contextlib's frames
         # A call into the factory from outside it (not the closures it hands out, called later).
         outside = caller is None or caller.f_code.co_filename != name
         if module == "deps.py" and outside and "<locals>" not in frame.f_code.co_qualname:

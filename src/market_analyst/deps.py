@@ -199,6 +199,41 @@ def open_checkpointer(settings: Settings) -> Iterator[CheckpointBackend]:
             yield redis
 
 
+@contextmanager
+def open_run_stores(
+    settings: Settings, progress: Callable[[str], None] | None = None
+) -> Iterator[tuple[CheckpointBackend, Callable[[], Deps]]]:
+    """What a run over the graph needs from the factory, asked for once: the open checkpointer, and
+    what builds the nodes' dependencies when the run first needs them (a read never does)."""
+    with open_checkpointer(settings) as backend:
+        yield backend, lambda: build_deps(settings, progress)
+
+
+def store_checks(settings: Settings) -> dict[str, Callable[[], str]]:
+    """Each store's own check, by name, for `/healthz`: "ok", or it raises `UserError` or
+    `ServiceUnavailable` saying what is wrong. Building them opens nothing; each opens its store alone."""
+
+    def checkpointer() -> str:
+        with open_checkpointer(settings):  # opened is answering: connected, and its tables set up
+            return "ok"
+
+    def profiles() -> str:
+        open_profiles(settings).get("health-check")
+        return "ok"
+
+    def archive() -> str:
+        return open_archive(settings).check()
+
+    def records() -> str:  # the approvers, sessions and audit log, apart from the archive
+        open_approvers(settings).list()
+        return "ok"
+
+    checks = {"checkpointer": checkpointer, "profiles": profiles, "archive": archive}
+    if settings.records == "postgres":
+        checks["records"] = records
+    return checks
+
+
 def stop_embedded_server(settings: Settings) -> bool:
     """Stop the embedded PostgreSQL of the data directory if one runs; True if one was stopped."""
     from market_analyst.persistence.postgres.embedded import stop_embedded_postgres

@@ -4,6 +4,7 @@ and the dependencies the nodes get, built on first use (the first `advance`, or 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -11,7 +12,8 @@ from typing import Any
 
 from market_analyst.choices import Durability
 from market_analyst.context import Deps
-from market_analyst.deps import build_deps, open_checkpointer
+from market_analyst.decisions import Identity
+from market_analyst.deps import open_run_stores
 from market_analyst.errors import ServiceUnavailable
 from market_analyst.graph import build_graph
 from market_analyst.ports import CheckpointBackend
@@ -63,21 +65,23 @@ def open_run(
     thread_id: str | None = None,
     deps: Deps | None = None,
     progress: Progress | None = None,
+    *,
+    identity: Identity | None = None,
 ) -> Iterator[Run]:
     """The graph over an open checkpointer, holding the thread's lease if one is named; the nodes get
-    `deps`, or the dependencies `settings` describe, built when the run first needs them.
+    `deps`, or the dependencies `settings` describe, built when the run first needs them, deciding as
+    `identity` when one is given.
 
     A checkpointer that goes away mid-command becomes one `ServiceUnavailable`: what finished before
     the last checkpoint is kept, and `resume` continues from there once the server is back."""
-    with open_checkpointer(settings) as backend:
+    with open_run_stores(settings, progress) as (backend, build_deps):
+
+        def make_deps() -> Deps:
+            built = deps or build_deps()
+            return built if identity is None else dataclasses.replace(built, identity=identity)
+
         try:
-            run = Run(
-                build_graph(checkpointer=backend.saver),
-                settings,
-                backend,
-                lambda: build_deps(settings, progress),
-                deps,
-            )
+            run = Run(build_graph(checkpointer=backend.saver), settings, backend, make_deps)
             if thread_id is None:
                 yield run
             else:

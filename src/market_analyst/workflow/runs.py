@@ -7,7 +7,6 @@ the saved state first, and returns a `ThreadView` for the CLI to render.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -147,8 +146,7 @@ def decide(
     decision records nothing; the gate checks it again as it resumes. An approval that was recorded
     before a crash is finished without being asked for again."""
     validate_thread_id(thread_id)
-    deps = dataclasses.replace(deps or build_deps(settings, progress), identity=identity)
-    with open_run(settings, thread_id, deps) as run:
+    with open_run(settings, thread_id, deps, progress, identity=identity) as run:
         before = decidable_view(run.graph, thread_id, action, approved_ok=action == "approve")
         if before.status == "approved_pending_publish":
             return before, advance(run, None, thread_id, progress, durability="sync")
@@ -176,7 +174,7 @@ def decide(
                 "note": note,
                 "options": options or {},
             },
-            deps.policy,
+            run.deps.policy,
             request,
             identity,
             lambda: settings.now().isoformat(timespec="seconds"),
@@ -185,7 +183,7 @@ def decide(
             _refuse_stale(settings, before)
         # Sealed by this door: the gate takes who decided and when from the seal, so a `resume` after
         # a crash applies the same decision in the same name.
-        sealed = deps.seal.for_doors().seal(thread_id, decision)
+        sealed = run.deps.seal.for_doors().seal(thread_id, decision)
         # A decision is saved at once whatever MA_DURABILITY says: once a command has said a decision
         # was made, no crash may ask for it again (a revise's new analysis runs in this mode too).
         after = advance(
