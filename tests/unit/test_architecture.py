@@ -104,3 +104,32 @@ def test_the_environment_wins_over_dotenv(tmp_path: Path):
     dotenv.write_text("MA_DURABILITY=exit\nMA_USER=from-dotenv\nUNRELATED=1\n")
     settings = Settings.load(environ={"MA_DURABILITY": "async"}, dotenv=dotenv)
     assert settings.durability == "async" and settings.user == "from-dotenv"
+
+
+def _layout_entries() -> set[str]:
+    """The paths the Layout section of docs/development.md names, one at the start of each line."""
+    page = (REPO / "docs" / "development.md").read_text()
+    block = page.split("## Layout\n", 1)[1].split("```\n", 2)[1]
+    entries, parent = set(), ""
+    for line in block.splitlines():
+        if not line.strip() or line.startswith(" " * 20):  # blank, or a description carried on
+            continue
+        first = line.split()[0]
+        if not line.startswith(" "):
+            parent = first if first.endswith("/") else ""
+            entries.add(first)
+        else:
+            entries.add(parent + first)
+    return entries
+
+
+def test_every_package_folder_and_test_tier_is_named_in_the_layout():
+    package = REPO / "src" / "market_analyst"
+    folders = {
+        f"src/market_analyst/{init.parent.relative_to(package)}/"
+        for init in package.rglob("__init__.py")
+        if init.parent != package
+    }
+    tiers = {f"tests/{p.name}/" for p in (REPO / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    missing = sorted((folders | tiers) - _layout_entries())
+    assert not missing, f"docs/development.md's Layout does not name: {missing}"
