@@ -50,7 +50,7 @@ bench:
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 # Recall on the labelled set in eval/memory/ through the real memory store, per mode; fails when the
-# figures miss their targets (see the README's "Memory recall, measured"). EVAL_ARGS=--json for JSON.
+# figures miss their targets (see docs/memory.md, "Memory recall, measured"). EVAL_ARGS=--json for JSON.
 eval-memory:
 	$(BIN)/python scripts/eval_memory.py $(EVAL_ARGS)
 

@@ -196,7 +196,7 @@ def verdict(figures: dict[str, Any]) -> list[str]:
 
 
 def table(figures: dict[str, Any]) -> str:
-    """The figures as the Markdown table the README quotes."""
+    """The figures as the Markdown table docs/memory.md quotes."""
     names = {
         "bm25": "BM25 only",
         "dense": "dense only",

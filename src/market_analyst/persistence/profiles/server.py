@@ -68,7 +68,7 @@ class QdrantClientSession(ProfileSession):
         self._ensure_collection()
         structs = [models.PointStruct(id=pid, vector={}, payload=payload) for pid, payload in points]
         with warnings.catch_warnings():
-            # Local mode warns past 20,000 points; the README tells its users so instead.
+            # Local mode warns past 20,000 points; docs/stores.md tells its users so instead.
             warnings.simplefilter("ignore")
             self._client.upsert(COLLECTION, points=structs, wait=True)
 

@@ -25,7 +25,7 @@ def open_server_client(url: str, api_key: str | None) -> QdrantClient:
 
     with warnings.catch_warnings():
         # An API key over plain http warns on stderr ("insecure connection"); a command prints one
-        # line, and the README says to use https beyond the local machine.
+        # line, and docs/stores.md says to use https beyond the local machine.
         warnings.simplefilter("ignore")
         # No version check on connect: it warns on stderr when the server is down, and the first
         # request reports that anyway, as one line.
