@@ -19,6 +19,7 @@ from market_analyst.persistence.profiles.store import ProfileStore
 from market_analyst.settings import Settings
 from market_analyst.state import RISK_TOLERANCES, Profile
 from tests.support.cli import clean_environ
+from tests.support.crashkit import Harness
 from tests.support.profiles import ENGINES, count_points, hold_store, plant
 
 FIXED = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -172,9 +173,9 @@ def test_an_unreachable_server_is_one_clear_line():
     assert "\n" not in str(error.value)
 
 
-def test_a_store_held_by_another_process_is_waited_for_then_refused(store: ProfileStore):
+def test_a_store_held_by_another_process_is_waited_for_then_refused(store: ProfileStore, harness: Harness):
     store.save(Profile(user_id="ann"))
-    holder = hold_store(store.engine, _path(store), 30)
+    holder = hold_store(harness, store.engine, _path(store), 30)
     try:
         started = time.monotonic()
         with pytest.raises(UserError, match="in use by another process") as error:
@@ -187,16 +188,16 @@ def test_a_store_held_by_another_process_is_waited_for_then_refused(store: Profi
     assert store.get("ann") is not None  # the holder is gone (killed): the store is free again
 
 
-def test_a_store_released_within_the_wait_is_used(store: ProfileStore):
+def test_a_store_released_within_the_wait_is_used(store: ProfileStore, harness: Harness):
     store.save(Profile(user_id="ann", horizon="long"))
     patient = ProfileStore(path=_path(store), engine=store.engine, lock_wait_seconds=30)
-    holder = hold_store(store.engine, _path(store), 1.0)
+    holder = hold_store(harness, store.engine, _path(store), 1.0)
     try:
         got = patient.get("ann")  # retries with backoff until the holder closes the store
         assert got is not None and got.horizon == "long"
     finally:
         holder.wait(timeout=30)
-    assert holder.stdout is not None and holder.stdout.read().strip() == "released"
+    assert holder.said() == ["held", "released"]
 
 
 def test_commands_that_do_not_touch_profiles_import_no_store_library():

@@ -132,7 +132,7 @@ def test_invalid_user_ids_exit_non_zero_with_one_line(cli: Cli, user: str):
 
 def test_a_store_held_by_another_process_is_one_line_after_a_wait(cli: Cli):
     cli.ok("profile", "set", "--user", "ann", "--horizon", "short")
-    holder = hold_store("edge", cli.data_dir / "profiles", 60)
+    holder = hold_store(cli.harness, "edge", cli.data_dir / "profiles", 60)
     try:
         result = cli.fails("profile", "show", "--user", "ann")
         assert result.returncode == 2

@@ -121,7 +121,7 @@ def test_local_mode_stays_selectable_and_refuses_an_edge_store(cli: Cli):
 
 def test_a_migration_waits_for_a_local_mode_process_then_says_so(cli: Cli):
     names = _local_folder(cli, 10)
-    holder = hold_store("local", cli.data_dir / "profiles", 60)
+    holder = hold_store(cli.harness, "local", cli.data_dir / "profiles", 60)
     try:
         result = cli.fails("profile", "show", "--user", "user-0001")
         assert result.returncode == 2 and "in use by another process" in result.stderr

@@ -1,16 +1,11 @@
 """Profile stores written and held straight through each engine's own library, as another process,
-an earlier version or a corruption would: never through the application's store.
-
-    python -m tests.support.profiles hold ENGINE PATH SECONDS
-
-holds a store in a process of its own (prints "held", then "released" when it lets go).
-"""
+an earlier version or a corruption would: never through the application's store. `hold_store`
+holds a store in a process of its own."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
+import uuid
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,8 +14,7 @@ from typing import Any
 from market_analyst.persistence.profiles.fields import point_id_for
 from market_analyst.persistence.profiles.server import COLLECTION
 from market_analyst.state import Profile
-from tests.support import REPO
-from tests.support.cli import clean_environ
+from tests.support.crashkit import Harness
 
 ENGINES = ("edge", "local")
 
@@ -92,24 +86,51 @@ def count_points(engine: str, path: Path) -> int:
         shard.close()
 
 
-def hold_store(engine: str, path: Path, seconds: float) -> subprocess.Popen[str]:
-    """A real second process that opens the store at `path` and keeps it for `seconds`."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.profiles", "hold", engine, str(path), str(seconds)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=clean_environ(),
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if line != "held":
-        proc.kill()
-        raise AssertionError(f"the holder did not open {path}: {line!r}")
-    return proc
+class Holder:
+    """A store held by a child process of its own (`hold_store`)."""
+
+    def __init__(self, proc: Any, said: Path) -> None:
+        self.proc = proc
+        self._said = said
+
+    def said(self) -> list[str]:
+        """What the holder has said so far: "held", then "released" once it let go."""
+        return self._said.read_text().split() if self._said.exists() else []
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the holder to end; fail if it is still running after `timeout` seconds."""
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+            raise AssertionError(f"the holder did not end within {timeout} s")
+        return int(self.proc.exitcode)
 
 
-def _hold(engine: str, path: str, seconds: float) -> None:
+def hold_store(harness: Harness, engine: str, path: Path, seconds: float) -> Holder:
+    """A real second process (forked by the harness from its pre-imported server) that opens the
+    store at `path` and keeps it for `seconds`; returns once the store is held."""
+    said = harness.workdir / f"holder-{uuid.uuid4().hex[:12]}.said"
+    proc = harness.ctx.Process(target=_hold, args=(engine, str(path), seconds, str(said)))
+    proc.start()
+    holder = Holder(proc, said)
+    deadline = time.monotonic() + 60
+    while holder.said() != ["held"]:
+        if not proc.is_alive() or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the holder did not open {path}: {holder.said()!r}")
+        time.sleep(0.01)
+    return holder
+
+
+def _hold(engine: str, path: str, seconds: float, said: str) -> None:
+    def say(word: str) -> None:
+        with open(said, "a") as out:
+            out.write(word + "\n")
+
     if engine == "local":
         from qdrant_client import QdrantClient
 
@@ -118,12 +139,7 @@ def _hold(engine: str, path: str, seconds: float) -> None:
         from qdrant_edge import EdgeShard
 
         store = EdgeShard.load(path)
-    print("held", flush=True)
+    say("held")
     time.sleep(seconds)
     store.close()
-    print("released", flush=True)
-
-
-if __name__ == "__main__":
-    if sys.argv[1] == "hold":
-        _hold(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    say("released")
