@@ -4,9 +4,7 @@ races between real processes on a real server."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
@@ -19,8 +17,9 @@ from market_analyst.persistence.archive.document import render_document
 from market_analyst.ports import ReportStore
 from market_analyst.settings import Settings
 from tests.conformance.test_archive import _document
-from tests.support import REPO
+from tests.support import archive_child
 from tests.support.cli import Cli, market_analyst_command, run_with_kill, unique_id
+from tests.support.crashkit import Harness
 
 ARCHIVES = ("directory", "postgres")
 
@@ -163,46 +162,30 @@ def test_the_schema_is_created_once_with_its_indexes(tmp_path: Path, postgres_ur
 # -- real processes at once ------------------------------------------------------------------------
 
 
-def _race(tmp_path: Path, env: dict[str, str], documents: list[dict]) -> list[dict]:
-    """Start one process per document, let them all publish at the same moment, return their answers."""
-    go = tmp_path / "go"
-    children = []
-    for i, document in enumerate(documents):
-        path = tmp_path / f"doc-{i}.json"
-        path.write_text(json.dumps(document))
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.archive_child", str(go), str(path)],
-            cwd=REPO,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)} | env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        children.append(child)
-    for child in children:  # started together, so they import side by side
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready", child.stderr.read() if child.stderr else ""
-    go.write_text("")
-    answers = []
-    for child in children:
-        out, err = child.communicate(timeout=60)
-        assert child.returncode == 0 and "Traceback" not in err, err
-        answers.append(json.loads(out))
-    return answers
+def _race(harness: Harness, env: dict[str, str], documents: list[dict]) -> list[dict]:
+    """One process per document, each with its archive open, all let go to publish at the same
+    moment; their answers."""
+    return harness.call_together(
+        archive_child.publish, [(env, document) for document in documents], setup=archive_child.open_for
+    )
 
 
-def test_processes_publishing_one_operation_at_once_store_one_row(tmp_path: Path, postgres_url: str):
+def test_processes_publishing_one_operation_at_once_store_one_row(
+    tmp_path: Path, postgres_url: str, harness: Harness
+):
     env = records_env(tmp_path, postgres_url, "postgres")
-    answers = _race(tmp_path, env, [_document("k1")] * 4)
+    answers = _race(harness, env, [_document("k1")] * 4)
     assert sorted(a["created"] for a in answers) == [False] * 3 + [True]
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM ma_archive_reports").fetchone() == (1,)
 
 
-def test_processes_publishing_one_operation_with_other_content_at_once(tmp_path: Path, postgres_url: str):
+def test_processes_publishing_one_operation_with_other_content_at_once(
+    tmp_path: Path, postgres_url: str, harness: Harness
+):
     env = records_env(tmp_path, postgres_url, "postgres")
     versions = [_document("k1", text=f"story {i}") for i in range(4)]
-    answers = _race(tmp_path, env, versions)
+    answers = _race(harness, env, versions)
     winners = [a for a in answers if a.get("created")]
     refusals = [a for a in answers if "error" in a]
     assert len(winners) == 1 and len(refusals) == 3, answers
@@ -213,10 +196,12 @@ def test_processes_publishing_one_operation_with_other_content_at_once(tmp_path:
         assert conn.execute("SELECT count(*) FROM ma_archive_reports").fetchone() == (1,)
 
 
-def test_processes_publishing_different_reports_at_once_all_land(tmp_path: Path, postgres_url: str):
+def test_processes_publishing_different_reports_at_once_all_land(
+    tmp_path: Path, postgres_url: str, harness: Harness
+):
     env = records_env(tmp_path, postgres_url, "postgres")
     documents = [_document(f"k{i}", ticker=("NVDA", "MSFT")[i % 2]) for i in range(6)]
-    answers = _race(tmp_path, env, documents)
+    answers = _race(harness, env, documents)
     assert all(a["created"] for a in answers), answers
     archive = open_archive(Settings.load(environ=env, dotenv=None))
     assert sorted(r.key for r in archive.list().reports) == [f"k{i}" for i in range(6)]

@@ -1,36 +1,28 @@
-"""Publishes one document to the archive the environment selects, in a process of its own, starting
-only once a go-file exists, so that several children reach the store at the same moment.
+"""Publishing one document to the archive some settings select, in a child process of its own (run
+by `Harness.call_together`, which lets several children reach the store at the same moment).
 
-    python -m tests.support.archive_child GO_FILE DOCUMENT_FILE
-
-Prints one JSON line: {"created": bool, "key": ...}, or {"error": "..."} for a refusal.
+`open_for` opens the archive before the child says it is ready; `publish` then returns
+{"created": bool, "key": ...}, or {"error": "..."} for a refusal.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import time
-from pathlib import Path
+from typing import Any
 
 from market_analyst.deps import open_archive
 from market_analyst.errors import UserError
+from market_analyst.ports import ReportStore
 from market_analyst.settings import Settings
 
 
-def main(go: Path, document_file: Path) -> None:
-    document = json.loads(document_file.read_text())
-    archive = open_archive(Settings.load(dotenv=None))
-    print("ready", flush=True)
-    while not go.exists():
-        time.sleep(0.002)
+def open_for(environ: dict[str, str], document: dict[str, Any]) -> tuple[ReportStore, dict[str, Any]]:
+    return open_archive(Settings.load(environ=environ, dotenv=None)), document
+
+
+def publish(opened: tuple[ReportStore, dict[str, Any]]) -> dict[str, Any]:
+    archive, document = opened
     try:
         result = archive.publish(document["key"], document)
     except UserError as exc:
-        print(json.dumps({"error": str(exc)}), flush=True)
-        return
-    print(json.dumps({"created": result.created, "key": result.key}), flush=True)
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+        return {"error": str(exc)}
+    return {"created": result.created, "key": result.key}

@@ -113,17 +113,23 @@ class Harness:
         return [job.finish(timeout) for job in running]
 
     def call_together(
-        self, target: Callable[..., Any], calls: list[tuple[Any, ...]], timeout: float = 120
+        self,
+        target: Callable[..., Any],
+        calls: list[tuple[Any, ...]],
+        timeout: float = 120,
+        setup: Callable[..., Any] | None = None,
     ) -> list[Any]:
         """Call `target(*args)` for each `args` in a child process of its own, all at once: every child
         starts, says it is ready and waits, and once all are ready they are let go together. Returns
-        what each call returned (JSON), in order; fails with its traceback if one raised."""
+        what each call returned (JSON), in order; fails with its traceback if one raised. With
+        `setup`, each child calls `setup(*args)` before it says it is ready, then `target` on what
+        that returned."""
         self.counter += 1
         base = self.workdir / f"call-{os.getpid()}-{self.counter}"
         go = Path(f"{base}.go")
         files = [{k: f"{base}-{n}.{k}" for k in ("ready", "out", "err")} for n in range(len(calls))]
         procs = [
-            self.ctx.Process(target=_call, args=(target, args, str(go), paths))
+            self.ctx.Process(target=_call, args=(target, setup, args, str(go), paths))
             for args, paths in zip(calls, files, strict=True)
         ]
         for proc in procs:
@@ -149,9 +155,17 @@ class Harness:
         return results
 
 
-def _call(target: Callable[..., Any], args: tuple[Any, ...], go: str, files: dict[str, str]) -> None:
-    """A child of `Harness.call_together`: ready, wait for the go, call, write the result."""
+def _call(
+    target: Callable[..., Any],
+    setup: Callable[..., Any] | None,
+    args: tuple[Any, ...],
+    go: str,
+    files: dict[str, str],
+) -> None:
+    """A child of `Harness.call_together`: set up, ready, wait for the go, call, write the result."""
     try:
+        if setup is not None:
+            args = (setup(*args),)
         Path(files["ready"]).touch()
         while not Path(go).exists():
             time.sleep(0.002)
