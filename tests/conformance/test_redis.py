@@ -40,7 +40,7 @@ def test_lease_is_busy_while_held_renewed_past_its_ttl_and_free_after_a_killed_h
     ttl = 1.5
     thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
     before = _status(cli, thread)
-    holder = hold_lease(thread, cli.env | {"MA_LEASE_TTL_SECONDS": str(ttl)})
+    holder = hold_lease(cli.harness, thread, cli.env | {"MA_LEASE_TTL_SECONDS": str(ttl)})
     try:
         time.sleep(ttl * 2)  # longer than the TTL: only renewal keeps the key alive
         busy = cli.fails("approve", thread)

@@ -154,6 +154,58 @@ class Harness:
             results.append(json.loads(Path(paths["out"]).read_text()))
         return results
 
+    def hold(
+        self, target: Callable[..., Any], args: tuple[Any, ...], until: str, timeout: float = 60
+    ) -> Held:
+        """Start `target(*args, said)` in a child process of its own and return once it has said
+        `until` (`say(said, until)`), as a holder of some resource says it holds it."""
+        self.counter += 1
+        said = self.workdir / f"held-{os.getpid()}-{self.counter}.said"
+        proc = self.ctx.Process(target=target, args=(*args, str(said)))
+        proc.start()
+        held = Held(proc, said)
+        deadline = time.monotonic() + timeout
+        while until not in held.said():
+            if not proc.is_alive() or time.monotonic() > deadline:
+                proc.kill()
+                proc.join()
+                raise AssertionError(f"{target.__name__} did not say {until!r}: {held.said()!r}")
+            time.sleep(0.01)
+        return held
+
+
+def say(said: str, word: str) -> None:
+    """For a child started by `Harness.hold`: tell the test `word` (one word a call)."""
+    with open(said, "a") as out:
+        out.write(word + "\n")
+
+
+@dataclass
+class Held:
+    """A child started by `Harness.hold`: it runs until it ends or is killed."""
+
+    proc: Any
+    said_file: Path
+
+    def said(self) -> list[str]:
+        """The words the child has said so far (`say`)."""
+        return self.said_file.read_text().split() if self.said_file.exists() else []
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.proc.pid, signum)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the child to end; fail if it still runs after `timeout` seconds."""
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+            raise AssertionError(f"the child did not end within {timeout} s")
+        return int(self.proc.exitcode)
+
 
 def _call(
     target: Callable[..., Any],

@@ -1,41 +1,25 @@
-"""Holds a thread's lease in a process of its own until killed, as a long command would.
-
-    python -m tests.support.lease_holder THREAD_ID
-
-Prints "held" once the lease is taken. Reads its settings from the environment, like the CLI."""
+"""Holds a thread's lease in a process of its own until killed, as a long command would."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 import time
 
-from tests.support import REPO
+from tests.support.crashkit import Harness, Held, say
 
 
-def hold_lease(thread_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start a holder for `thread_id` and return once it holds the lease (kill it to release)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.lease_holder", thread_id],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None
-    line = holder.stdout.readline().strip()
-    if line != "held":
-        holder.kill()
-        problem = holder.stderr.read() if holder.stderr else ""
-        raise AssertionError(f"the lease holder did not take the lease: {line!r} {problem}")
-    return holder
+def hold_lease(harness: Harness, thread_id: str, env: dict[str, str]) -> Held:
+    """Start a holder for `thread_id` with the settings in `env` (forked by the harness from its
+    pre-imported server) and return once it holds the lease (kill it to release)."""
+    return harness.hold(_hold, (thread_id, env), until="held")
 
 
-if __name__ == "__main__":
+def _hold(thread_id: str, env: dict[str, str], said: str) -> None:
+    os.environ.clear()
+    os.environ.update(env)  # its settings come from the environment, like the CLI's
     from market_analyst.deps import open_checkpointer
     from market_analyst.settings import Settings
 
-    with open_checkpointer(Settings.load(dotenv=None)) as backend, backend.lease(sys.argv[1]):
-        print("held", flush=True)
+    with open_checkpointer(Settings.load(dotenv=None)) as backend, backend.lease(thread_id):
+        say(said, "held")
         time.sleep(600)

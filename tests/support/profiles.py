@@ -5,7 +5,6 @@ holds a store in a process of its own."""
 from __future__ import annotations
 
 import time
-import uuid
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 from market_analyst.persistence.profiles.fields import point_id_for
 from market_analyst.persistence.profiles.server import COLLECTION
 from market_analyst.state import Profile
-from tests.support.crashkit import Harness
+from tests.support.crashkit import Harness, Held, say
 
 ENGINES = ("edge", "local")
 
@@ -86,51 +85,14 @@ def count_points(engine: str, path: Path) -> int:
         shard.close()
 
 
-class Holder:
-    """A store held by a child process of its own (`hold_store`)."""
-
-    def __init__(self, proc: Any, said: Path) -> None:
-        self.proc = proc
-        self._said = said
-
-    def said(self) -> list[str]:
-        """What the holder has said so far: "held", then "released" once it let go."""
-        return self._said.read_text().split() if self._said.exists() else []
-
-    def kill(self) -> None:
-        self.proc.kill()
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the holder to end; fail if it is still running after `timeout` seconds."""
-        self.proc.join(timeout)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-            raise AssertionError(f"the holder did not end within {timeout} s")
-        return int(self.proc.exitcode)
-
-
-def hold_store(harness: Harness, engine: str, path: Path, seconds: float) -> Holder:
+def hold_store(harness: Harness, engine: str, path: Path, seconds: float) -> Held:
     """A real second process (forked by the harness from its pre-imported server) that opens the
-    store at `path` and keeps it for `seconds`; returns once the store is held."""
-    said = harness.workdir / f"holder-{uuid.uuid4().hex[:12]}.said"
-    proc = harness.ctx.Process(target=_hold, args=(engine, str(path), seconds, str(said)))
-    proc.start()
-    holder = Holder(proc, said)
-    deadline = time.monotonic() + 60
-    while holder.said() != ["held"]:
-        if not proc.is_alive() or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the holder did not open {path}: {holder.said()!r}")
-        time.sleep(0.01)
-    return holder
+    store at `path` and keeps it for `seconds`; returns once the store is held. It says "held", then
+    "released" once it lets go."""
+    return harness.hold(_hold, (engine, str(path), seconds), until="held")
 
 
 def _hold(engine: str, path: str, seconds: float, said: str) -> None:
-    def say(word: str) -> None:
-        with open(said, "a") as out:
-            out.write(word + "\n")
-
     if engine == "local":
         from qdrant_client import QdrantClient
 
@@ -139,7 +101,7 @@ def _hold(engine: str, path: str, seconds: float, said: str) -> None:
         from qdrant_edge import EdgeShard
 
         store = EdgeShard.load(path)
-    say("held")
+    say(said, "held")
     time.sleep(seconds)
     store.close()
-    say("released")
+    say(said, "released")

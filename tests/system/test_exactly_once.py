@@ -115,7 +115,7 @@ def test_a_busy_thread_refuses_a_second_command_and_changes_nothing(cli: Cli):
     cli.ok("analyze", "NVDA", "--thread-id", held)
     before = cli.ok("status", held, "--json").json()
     # Hold the thread's lease from another process for the duration of the check.
-    holder = hold_lease(held, cli.env)
+    holder = hold_lease(cli.harness, held, cli.env)
     try:
         for args in (
             ("approve", held),
