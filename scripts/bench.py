@@ -147,7 +147,7 @@ SMALL: dict[str, int] = {
     "analyze-start": 300,
     "archive": 300,
     "archive-postgres": 300,
-    "threads": 300,
+    "threads": 100,
     "approvals": 2,
     "memory": 300,
     "replicas": 4,

@@ -235,7 +235,7 @@ def test_make_bench_runs_every_section():
     assert "reports search --ticker NVDA" in result.stdout and "ratio" in result.stdout
     assert "archive-postgres: 300 archived reports" in result.stdout
     assert "reports search 'trend: up'" in result.stdout and "postgres" in result.stdout
-    assert "threads: 'threads --pending' over 300 threads" in result.stdout
+    assert "threads: 'threads --pending' over 100 threads" in result.stdout
     assert "postgres  index" in result.stdout and "redis     index" in result.stdout
     # Each approval through the CLI is a process of its own (seconds), so this section runs two.
     assert "approvals: 2 through a warm server vs 2 CLI processes" in result.stdout
