@@ -51,6 +51,7 @@ class CaseReport:
     recovery: list[str] = field(default_factory=list)  # the commands the recovery needed
     documents: int = 0
     identical: bool = False
+    finished_in: float = 0.0  # a random kill that never landed: how long the run it missed took
 
     @property
     def approval_kept(self) -> bool:
@@ -163,7 +164,7 @@ def run_case(h: Harness, env: dict[str, str], thread_id: str, kill_point: str, e
             ran.update(second.nodes)
             report.killed = second.killed
             if not second.killed:
-                second.check()
+                report.finished_in = first.seconds + second.check().seconds
     else:
         if _phase(kill_point) == "approve":
             ran.update(h.run(analyze, env).check().nodes)

@@ -101,19 +101,22 @@ def test_kill_point(harness: Harness, uncrashed: Reference, envs: dict, mode: st
 def test_random_kill_in_sync_mode(
     harness: Harness, uncrashed: Reference, envs: dict, index: int, request: pytest.FixtureRequest
 ):
-    """Kill at a seeded fraction of the time an uncrashed run just took (so under any load the kill
-    lands inside the run); a run that still finished first is tried again at half the delay."""
+    """Kill at a seeded fraction of the time an uncrashed run took (so under any load the kill lands
+    inside the run); a run that still finished first is tried again at half the delay, timed by the
+    run it missed."""
     backend = request.node.callspec.params["envs"]
     fraction = random.Random(RANDOM_SEED[backend] + index).random()
+    seconds = uncrashed.seconds
     for attempt in range(4):
         thread_id = f"random-{uuid.uuid4().hex[:12]}"
         # Each attempt gets a data directory of its own, so its archive holds only its own report.
         crashed = envs["crashed"] | {"MA_DATA_DIR": f"{envs['crashed']['MA_DATA_DIR']}-{thread_id}"}
         expected = uncrashed.for_thread(thread_id)
-        kill_point = f"at:{fraction * 0.9 * uncrashed.seconds / 2**attempt:.3f}"
+        kill_point = f"at:{fraction * 0.9 * seconds / 2**attempt:.3f}"
         report = run_case(harness, crashed | {"MA_DURABILITY": "sync"}, thread_id, kill_point, expected)
         if report.killed:
             break
+        seconds = report.finished_in
     record(report, backend, "sync")
     if not report.killed:
         pytest.fail(f"no kill landed: every run finished before its timer ({kill_point})")
