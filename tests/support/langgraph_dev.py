@@ -25,6 +25,7 @@ from langgraph_sdk.client import SyncLangGraphClient
 
 from market_analyst.deps import open_archive, open_audit
 from market_analyst.settings import Settings
+from market_analyst.workflow.approvers import add_approver
 from tests.support import REPO
 from tests.support.cli import clean_environ, market_analyst_command
 from tests.support.services import _die_with_parent, free_port
@@ -103,10 +104,16 @@ def add_caller(env: dict[str, str], name: str, role: str) -> str:
 
 @contextmanager
 def dev_server(
-    home: Path, env: dict[str, str], callers: dict[str, str], prepare: Callable[[], None] | None = None
+    home: Path,
+    env: dict[str, str],
+    callers: dict[str, str],
+    prepare: Callable[[], None] | None = None,
+    *,
+    made_by_cli: bool = True,
 ) -> Iterator[DevServer]:
     """The page's `langgraph dev` command on a free loopback port, with no reloading, in `home`,
-    with the environment `env` and the callers `callers` (name: role) added first."""
+    with the environment `env` and the callers `callers` (name: role) added first: by the page's
+    `approvers add`, or (`made_by_cli=False`) by the function it runs, without a process each."""
     shutil.copy(REPO / "langgraph.json", home / "langgraph.json")
     shutil.copytree(REPO / "graphs", home / "graphs")
     command = shlex.split(block("bash", ".venv/bin/langgraph dev").split("#", 1)[0])
@@ -118,7 +125,11 @@ def dev_server(
         "LANGGRAPH_CLI_NO_ANALYTICS": "1",
         "LANGGRAPH_NO_VERSION_CHECK": "true",
     }
-    tokens = {name: add_caller(full_env, name, role) for name, role in callers.items()}
+    if made_by_cli:
+        tokens = {name: add_caller(full_env, name, role) for name, role in callers.items()}
+    else:
+        settings = Settings.load(full_env, dotenv=None)
+        tokens = {name: add_approver(settings, name, role) for name, role in callers.items()}
     log = home / "server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

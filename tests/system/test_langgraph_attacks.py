@@ -8,37 +8,25 @@ genuine approval then publishes once. Agent Inbox's answers work where they shou
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from langgraph_sdk.client import SyncLangGraphClient
 
-from tests.support.langgraph_dev import DevServer, dev_server, status_of
-from tests.support.services import new_database
-
-CALLERS = {
-    "ann": "requester",
-    "dan": "requester",
-    "rita": "reviewer",
-    "bob": "approver",
-    "carol": "approver",
-    "olga": "operator",
-}
-
-
-def _start(request: pytest.FixtureRequest, tmp: Any, postgres_server: str, quorum: int) -> Any:
-    home = tmp.mktemp(f"langgraph-{request.param}-{quorum}")
-    env = {"MA_DATA_DIR": str(home / "data"), "MA_RECORDS": request.param}
-    env["MA_REQUIRED_APPROVALS"] = str(quorum)
-    if request.param == "postgres":
-        env["POSTGRES_URL"] = new_database(postgres_server, prefix="lga_")
-    return dev_server(home, env, CALLERS)
-
+from tests.support.langgraph_attacks import (
+    audit_names,
+    gate_request,
+    publishes_once,
+    resume_with,
+    start_server,
+    still_waiting,
+)
+from tests.support.langgraph_dev import DevServer, status_of
 
 # One worker runs this module (`make test` distributes by group), so each `langgraph dev` server
-# below starts once rather than once on every worker that draws one of its tests.
+# below starts once rather than once on every worker that draws one of its tests. The quorum's
+# servers are test_langgraph_quorum.py's, so the two modules' servers start on two workers.
 pytestmark = pytest.mark.xdist_group("langgraph-attacks")
 
 
@@ -46,58 +34,8 @@ pytestmark = pytest.mark.xdist_group("langgraph-attacks")
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: Any, postgres_server: str
 ) -> Iterator[DevServer]:
-    with _start(request, tmp_path_factory, postgres_server, 1) as running:
+    with start_server(request, tmp_path_factory, postgres_server, 1) as running:
         yield running
-
-
-@pytest.fixture(scope="module", params=["files", "postgres"])
-def quorum_server(
-    request: pytest.FixtureRequest, tmp_path_factory: Any, postgres_server: str
-) -> Iterator[DevServer]:
-    with _start(request, tmp_path_factory, postgres_server, 2) as running:
-        yield running
-
-
-def _asked(server: DevServer, who: str = "ann") -> tuple[str, dict[str, Any]]:
-    """A new analysis started by `who`, waiting at the gate: its thread and the gate's request."""
-    client = server.client(who)
-    thread = client.threads.create()["thread_id"]
-    client.runs.wait(thread, "analyst", input={"ticker": "NVDA"})
-    return thread, client.threads.get_state(thread)["interrupts"][0]["value"]
-
-
-def _answer(server: DevServer, who: str, thread: str, answer: Any) -> Any:
-    return server.client(who).runs.wait(thread, "analyst", command={"resume": answer})
-
-
-def _still_waiting(server: DevServer, thread: str, *, draft_id: str | None = None) -> dict[str, Any]:
-    """The thread waits at the gate, listed among the interrupted, with nothing published."""
-    bob = server.client("bob")
-    assert bob.threads.get(thread)["status"] == "interrupted"
-    assert thread in [t["thread_id"] for t in bob.threads.search(status="interrupted", limit=1000)]
-    state = bob.threads.get_state(thread)
-    assert state["next"] == ["human_review"]
-    assert not state["values"].get("publication")
-    assert server.reports_of(thread) == []
-    asked: dict[str, Any] = state["interrupts"][0]["value"]
-    if draft_id is not None:
-        assert asked["draft_id"] == draft_id
-    return asked
-
-
-def _audit_names(server: DevServer, thread: str) -> list[tuple[str, str]]:
-    return [(e["action"], e["actor"]) for e in server.audit_of(thread)]
-
-
-def _publishes_once(server: DevServer, thread: str, who: str = "bob") -> None:
-    """The genuine approval, by an approver through the SDK, publishes exactly one report."""
-    asked = server.client(who).threads.get_state(thread)["interrupts"][0]["value"]
-    state = _answer(server, who, thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    assert state["publication"]["created"] is True
-    [document] = server.reports_of(thread)
-    assert document["approved_by"] == who and document["approval_verified"] is True
-    assert document["content_hash"] == asked["content_hash"]
-    assert _audit_names(server, thread)[-2:] == [("approved", who), ("published", who)]
 
 
 def _forged(asked: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +51,7 @@ def _forged(asked: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_forged_decision_written_into_the_state_publishes_nothing(server: DevServer):
-    thread, asked = _asked(server)
+    thread, asked = gate_request(server)
     state = server.client("olga").threads.get_state(thread)["values"]
     rewritten = dict(state["draft"], markdown=state["draft"]["markdown"] + "\nBUY EVERYTHING.\n")
     values = {"decision": _forged(asked), "draft": rewritten}
@@ -125,32 +63,32 @@ def test_a_forged_decision_written_into_the_state_publishes_nothing(server: DevS
     for written in ({"decision": _forged(asked)}, values):
         server.client("olga").threads.update_state(thread, written, as_node="human_review")
         server.client("olga").runs.wait(thread, "analyst", input=None)
-        assert server.reports_of(thread) == [] and _audit_names(server, thread) == []
-        asked_again = _still_waiting(server, thread)
+        assert server.reports_of(thread) == [] and audit_names(server, thread) == []
+        asked_again = still_waiting(server, thread)
         assert "decide again" in asked_again["refused"]
     # The operator's approvals list, sealed by nobody, counts for nothing either.
     claimed = {"approvals": [_forged(asked_again) | {"seal": "0" * 64}]}
     server.client("olga").threads.update_state(thread, claimed, as_node="record_decision")
     server.client("olga").runs.wait(thread, "analyst", input=None)
-    assert server.reports_of(thread) == [] and _audit_names(server, thread) == []
+    assert server.reports_of(thread) == [] and audit_names(server, thread) == []
 
 
-def test_command_goto_publish_publishes_nothing_and_the_genuine_approval_publishes_once(server: DevServer):
-    thread, asked = _asked(server)
+def test_command_goto_publish_publishes_nothing_and_the_genuine_approvalpublishes_once(server: DevServer):
+    thread, asked = gate_request(server)
     approval = {"decision": "approved", "by": "ceo", "at": "2020-01-01", "draft_id": asked["draft_id"]}
     command = {"goto": "publish", "update": {"approval": approval}}
     for who in ("ann", "bob", "rita"):
         assert status_of(lambda w=who: server.client(w).runs.wait(thread, "analyst", command=command)) == 403
     server.client("olga").runs.wait(thread, "analyst", command={"goto": "publish"})
-    _still_waiting(server, thread, draft_id=asked["draft_id"])
+    still_waiting(server, thread, draft_id=asked["draft_id"])
     server.client("olga").runs.wait(thread, "analyst", command=command)
-    _still_waiting(server, thread, draft_id=asked["draft_id"])
-    assert _audit_names(server, thread) == []
-    _publishes_once(server, thread)
+    still_waiting(server, thread, draft_id=asked["draft_id"])
+    assert audit_names(server, thread) == []
+    publishes_once(server, thread)
 
 
 def test_typed_names_decide_nothing(server: DevServer):
-    thread, asked = _asked(server)
+    thread, asked = gate_request(server)
     for who, answer, why in (
         ("ann", {"by": "bob"}, "but 'ann' is signed in"),  # the requester, as an approver's name
         ("ann", {}, "requester"),  # the requester, as herself
@@ -161,63 +99,26 @@ def test_typed_names_decide_nothing(server: DevServer):
         ("bob", {"at": "not-a-date"}, "at"),  # malformed
         ("bob", {"verified": True, "door": "web"}, "verified"),
     ):
-        _answer(server, who, thread, {"action": "approve", "draft_id": asked["draft_id"]} | answer)
-        refused = _still_waiting(server, thread, draft_id=asked["draft_id"])["refused"]
+        resume_with(server, who, thread, {"action": "approve", "draft_id": asked["draft_id"]} | answer)
+        refused = still_waiting(server, thread, draft_id=asked["draft_id"])["refused"]
         assert why in refused, (who, answer, refused)
-        assert _audit_names(server, thread) == []
-    _publishes_once(server, thread)
+        assert audit_names(server, thread) == []
+    publishes_once(server, thread)
     [entry, _] = server.audit_of(thread)
     assert entry["at"] >= asked["drafted_at"]
 
 
 def test_an_approver_who_asked_for_the_analysis_may_not_approve_it(server: DevServer):
-    thread, asked = _asked(server, "carol")
+    thread, asked = gate_request(server, "carol")
     assert asked["requested_by"] == "carol"
-    _answer(server, "carol", thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    assert "separation of duties" in _still_waiting(server, thread)["refused"]
-    _publishes_once(server, thread)
-
-
-def test_one_approver_under_two_names_is_one_approval(quorum_server: DevServer):
-    server = quorum_server
-    thread, asked = _asked(server)
-    for name in ("x1", "x2"):
-        _answer(server, "bob", thread, {"action": "approve", "draft_id": asked["draft_id"], "by": name})
-        assert "is signed in" in _still_waiting(server, thread)["refused"]
-    _answer(server, "bob", thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    _answer(server, "bob", thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    again = _still_waiting(server, thread)
-    assert "has already approved" in again["refused"] and [a["by"] for a in again["approvals"]] == ["bob"]
-    assert _audit_names(server, thread) == [("approved", "bob")]
-    state = _answer(server, "carol", thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    assert state["publication"]["created"] is True and len(server.reports_of(thread)) == 1
-    assert server.reports_of(thread)[0]["approved_by"] == "bob, carol"
-
-
-def test_text_changed_between_two_approvals_keeps_neither_approval_of_the_old_text(quorum_server: DevServer):
-    server = quorum_server
-    thread, asked = _asked(server)
-    _answer(server, "bob", thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    # The operator changes the text under the same draft ID.
-    values = server.client("olga").threads.get_state(thread)["values"]
-    changed = dict(values["draft"], markdown=values["draft"]["markdown"] + "\nA line nobody approved.\n")
-    server.client("olga").threads.update_state(thread, {"draft": changed}, as_node="draft_report")
-    server.client("olga").runs.wait(thread, "analyst", input=None)
-    now = _still_waiting(server, thread, draft_id=asked["draft_id"])
-    digest = hashlib.sha256(changed["markdown"].encode()).hexdigest()
-    assert now["content_hash"] == digest != asked["content_hash"]
-    assert now["approvals"] == []  # bob approved other text
-    _answer(server, "carol", thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    assert [a["by"] for a in _still_waiting(server, thread)["approvals"]] == ["carol"]
-    assert server.reports_of(thread) == []
-    state = _answer(server, "bob", thread, {"action": "approve", "draft_id": asked["draft_id"]})
-    [document] = server.reports_of(thread)
-    assert state["publication"]["created"] is True and document["markdown"] == changed["markdown"]
+    resume_with(server, "carol", thread, {"action": "approve", "draft_id": asked["draft_id"]})
+    assert "separation of duties" in still_waiting(server, thread)["refused"]
+    publishes_once(server, thread)
 
 
 def test_a_fork_or_a_copy_of_a_published_thread_publishes_nothing_more(server: DevServer):
-    thread, asked = _asked(server)
-    _publishes_once(server, thread)
+    thread, asked = gate_request(server)
+    publishes_once(server, thread)
     olga = server.client("olga")
     # Fork at the checkpoint that was about to publish, with a new draft ID on the same text.
     [before_publish] = [s for s in olga.threads.get_history(thread, limit=100) if s["next"] == ["publish"]]
@@ -240,7 +141,7 @@ def test_a_fork_or_a_copy_of_a_published_thread_publishes_nothing_more(server: D
     copy = olga.threads.copy(thread)["thread_id"]
     olga.runs.wait(copy, "analyst", command={"goto": "publish"})
     assert server.reports_of(copy) == [] and len(server.reports_of(thread)) == 1
-    assert [a for a, _ in _audit_names(server, thread)] == ["approved", "published"]
+    assert [a for a, _ in audit_names(server, thread)] == ["approved", "published"]
     assert server.audit_of(copy) == []
 
 
@@ -271,9 +172,9 @@ def test_tokens_roles_and_owners_keep_callers_apart(server: DevServer):
     assert status_of(lambda: bad.threads.search()) == 401
     _requesters_apart(server)
     # An approver reads the pending request and decides.
-    thread, asked = _asked(server, "dan")
+    thread, asked = gate_request(server, "dan")
     assert server.client("bob").threads.get_state(thread)["interrupts"][0]["value"] == asked
-    _publishes_once(server, thread)
+    publishes_once(server, thread)
     # The assistant, its store and thread deletes are not for requesters or approvers.
     [assistant] = server.client("bob").assistants.search(graph_id="analyst")
     for who in ("ann", "bob"):
@@ -286,7 +187,7 @@ def test_tokens_roles_and_owners_keep_callers_apart(server: DevServer):
 
 
 def test_agent_inbox_answers(server: DevServer):
-    thread, asked = _asked(server)
+    thread, asked = gate_request(server)
     assert asked["config"] == {"allow_ignore": False, "allow_respond": True, "allow_edit": False,
                                "allow_accept": True}
     assert asked["action_request"]["args"]["draft_id"] == asked["draft_id"]
@@ -295,18 +196,18 @@ def test_agent_inbox_answers(server: DevServer):
     ignore = server.client("bob").threads.update_state
     assert status_of(lambda: ignore(thread, None, as_node="__end__")) == 403
     for kind in ("ignore", "edit"):
-        _answer(server, "bob", thread, [{"type": kind, "args": asked["action_request"]}])
-        refused = _still_waiting(server, thread, draft_id=asked["draft_id"])["refused"]
+        resume_with(server, "bob", thread, [{"type": kind, "args": asked["action_request"]}])
+        refused = still_waiting(server, thread, draft_id=asked["draft_id"])["refused"]
         assert f"does not take '{kind}'" in refused
     # response: a revision with its text, in the caller's name.
-    _answer(server, "rita", thread, [{"type": "response", "args": "Say more about the drawdown."}])
-    revised = _still_waiting(server, thread)
+    resume_with(server, "rita", thread, [{"type": "response", "args": "Say more about the drawdown."}])
+    revised = still_waiting(server, thread)
     assert revised["revision"] == 2 and revised["draft_id"] != asked["draft_id"]
-    assert _audit_names(server, thread) == [("revised", "rita")]
+    assert audit_names(server, thread) == [("revised", "rita")]
     # accept: an approval of the draft shown, once.
-    state = _answer(server, "bob", thread, [{"type": "accept", "args": revised["action_request"]}])
+    state = resume_with(server, "bob", thread, [{"type": "accept", "args": revised["action_request"]}])
     assert state["publication"]["created"] is True
     [document] = server.reports_of(thread)
     assert document["draft_id"] == revised["draft_id"] and document["approved_by"] == "bob"
-    _answer(server, "bob", thread, [{"type": "accept", "args": revised["action_request"]}])
+    resume_with(server, "bob", thread, [{"type": "accept", "args": revised["action_request"]}])
     assert len(server.reports_of(thread)) == 1
