@@ -214,7 +214,7 @@ def opened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if name == "postgres":
         settings = _settings(tmp_path, POSTGRES_URL=request.getfixturevalue("postgres_url"))
     else:
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue("own_redis")  # the suite writes threads no index lists
         shallow = "true" if name == "redis-shallow" else "false"
         settings = _settings(tmp_path, MA_CHECKPOINTER="redis", REDIS_URL=url, MA_REDIS_SHALLOW=shallow)
     with open_checkpointer(settings) as backend:
@@ -232,13 +232,13 @@ def test_the_suite_passes_all_but_the_listed_spec_tests(opened: Any, request: py
     assert_report(run_suite(name, opened), EXPECTED_FAILURES[name])
 
 
-def test_the_upstream_shallow_saver_still_returns_earlier_checkpoints_writes(tmp_path: Path, redis_url: str):
+def test_the_upstream_shallow_saver_still_returns_earlier_checkpoints_writes(tmp_path: Path, own_redis: str):
     """What `FencedShallowRedisSaver._load_pending_writes` fixes: upstream's shallow saver gives the
     latest checkpoint the pending writes of every earlier one. When this starts passing, upstream
     fixed it: remove the override."""
     from langgraph.checkpoint.redis.shallow import ShallowRedisSaver
 
-    settings = _settings(tmp_path, MA_CHECKPOINTER="redis", REDIS_URL=redis_url, MA_REDIS_SHALLOW="true")
+    settings = _settings(tmp_path, MA_CHECKPOINTER="redis", REDIS_URL=own_redis, MA_REDIS_SHALLOW="true")
     with open_checkpointer(settings) as backend:  # the same server, client and serializer
         upstream = ShallowRedisSaver(redis_client=backend.client)
         upstream.serde = StrictRedisSerializer()

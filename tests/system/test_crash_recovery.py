@@ -28,7 +28,7 @@ from tests.support.crash_matrix import (
     run_case,
 )
 from tests.support.crashkit import Harness
-from tests.support.services import RedisServer, new_database
+from tests.support.services import new_database
 
 RANDOM_KILLS = int(os.environ.get("CRASH_RANDOM_KILLS", "50"))  # `make crash-soak` raises it
 RANDOM_SEED = {"postgres": 20250214, "redis": 20201120}
@@ -38,20 +38,6 @@ RANDOM_SEED = {"postgres": 20250214, "redis": 20201120}
 def crash_databases(postgres_server: str) -> Iterator[dict[str, str]]:
     """Two databases per worker: one for the uncrashed reference runs, one for the crashed runs."""
     yield {role: new_database(postgres_server, prefix=f"crash_{role}_") for role in ("reference", "crash")}
-
-
-@pytest.fixture(scope="module")
-def crash_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Redis of the crash cases' own: a run killed at the wrong moment leaves a thread the thread
-    index does not list, and listings on the session's shared server refuse such threads."""
-    if os.environ.get("REDIS_URL"):
-        yield os.environ["REDIS_URL"]
-        return
-    server = RedisServer(tmp_path_factory.mktemp("crash-redis")).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +68,7 @@ def envs(
     if backend == "redis":
         crashed |= {
             "MA_CHECKPOINTER": "redis",
-            "REDIS_URL": request.getfixturevalue("crash_redis"),
+            "REDIS_URL": request.getfixturevalue("own_redis"),
             "MA_LEASE_TTL_SECONDS": LEASE_TTL_SECONDS,
         }
     else:
