@@ -214,3 +214,34 @@ def test_the_strict_serializer_revives_messages_and_imports_no_other_name():
         unregister()
     assert "tests.support.planted" not in sys.modules
     assert [(e["kind"], e["name"]) for e in blocked] == [("msgpack_blocked", "Planted")] * 2
+
+
+def test_a_checkpoint_saved_while_its_writes_are_stored_keeps_them(tmp_path: Path, redis_url: str):
+    """With `MA_DURABILITY=exit`, LangGraph stores a run's last checkpoint and the gate's request (a
+    pending write) at once, from two threads. Here the checkpoint lands in the middle of the writes'
+    storing (after their documents, before their registry entry): the writes still read back, so the
+    thread reads as waiting at the gate, not in progress."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with open_checkpointer(_settings(tmp_path, redis_url)) as backend:
+        saver = backend.saver
+        thread = unique_id("interleaved")
+        checkpoint = empty_checkpoint()
+        at = {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}
+        config = {"configurable": at}
+        registry = saver._key_registry
+        register = registry.register_write_keys_batch
+
+        def checkpoint_first(*args, **kwargs):
+            saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint, {}, {})
+            return register(*args, **kwargs)
+
+        registry.register_write_keys_batch = checkpoint_first
+        try:
+            saver.put_writes(config, [("__interrupt__", "the gate's request")], "task-1")
+        finally:
+            registry.register_write_keys_batch = register
+        writes = saver.get_tuple(config).pending_writes
+        assert [(task, channel, value) for task, channel, value in writes] == [
+            ("task-1", "__interrupt__", "the gate's request")
+        ]

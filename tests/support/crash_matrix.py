@@ -49,6 +49,7 @@ class CaseReport:
     started_again: bool = False
     reran: list[str] = field(default_factory=list)
     recovery: list[str] = field(default_factory=list)  # the commands the recovery needed
+    said: list[str] = field(default_factory=list)  # where each of them said the thread stood next
     documents: int = 0
     identical: bool = False
     finished_in: float = 0.0  # a random kill that never landed: how long the run it missed took
@@ -142,6 +143,7 @@ def _recover(h: Harness, env: dict[str, str], thread_id: str, report: CaseReport
         report.recovery.append(step[0])
         ran.update(outcome.nodes)
         state = outcome.json()["status"]
+        report.said.append(f"{step[0]}: {state} (next: {outcome.json().get('next')})")
     raise AssertionError(f"thread {thread_id} did not reach publication: {report.recovery}")
 
 

@@ -93,31 +93,35 @@ class _FencedWrites:
         if self.fences is not None:
             self.fences.check(config)
         saved = super().put(config, *args, **kwargs)  # type: ignore[misc]
-        self._keep_has_writes(saved)
+        self._keep_has_writes(saved["configurable"])
         return saved
 
-    def _keep_has_writes(self, saved: Any) -> None:
+    def _keep_has_writes(self, found: dict[str, Any]) -> None:
         """Undo a known fault of `RedisSaver.put`: it stores the checkpoint document whole, with
         `has_writes: false`, even when writes for it were stored first (as an `interrupt()` stores the
         gate's request), and reads skip the writes of a checkpoint so marked: the gate's question and
-        a submitted decision would vanish from `get_state`. The shallow saver tracks no such flag."""
+        a submitted decision would vanish from `get_state`. The shallow saver tracks no such flag.
+
+        Run after each `put` and each `put_writes`, since with `MA_DURABILITY=exit` LangGraph saves a
+        run's last checkpoint and its writes at once, from two threads: whichever lands second sees
+        the other's (a `put` the writes' count, `put_writes` the document), so the flag holds in any
+        order. Once, only `put` checked, and a run that stopped at the gate could read `in_progress`."""
         registry = getattr(self, "_key_registry", None)
-        if registry is None:
+        checkpoint_id = found.get("checkpoint_id")
+        if registry is None or checkpoint_id is None:
             return
-        found = saved["configurable"]
-        thread_id, namespace, checkpoint_id = (
-            found["thread_id"],
-            found.get("checkpoint_ns", ""),
-            found["checkpoint_id"],
-        )
+        thread_id, namespace = found["thread_id"], found.get("checkpoint_ns", "")
         if registry.get_write_count(thread_id, namespace, checkpoint_id) > 0:
             key = self._make_redis_checkpoint_key_cached(thread_id, namespace, checkpoint_id)  # type: ignore[attr-defined]
-            self._redis.json().merge(key, "$", {"has_writes": True})  # type: ignore[attr-defined]
+            if self._redis.exists(key):  # type: ignore[attr-defined]  # a merge would create it
+                self._redis.json().merge(key, "$", {"has_writes": True})  # type: ignore[attr-defined]
 
     def put_writes(self, config: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fences is not None:
             self.fences.check(config)
-        return super().put_writes(config, *args, **kwargs)  # type: ignore[misc]
+        written = super().put_writes(config, *args, **kwargs)  # type: ignore[misc]
+        self._keep_has_writes((config or {}).get("configurable", {}))
+        return written
 
 
 class FencedRedisSaver(_FencedWrites, RedisSaver):
