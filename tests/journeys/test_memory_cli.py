@@ -87,6 +87,29 @@ def test_remember_recall_replace_forget_each_in_its_own_process(
     assert cli.ok("memories", "list", "--user", "ann").stderr.strip() == "No memories."
 
 
+def test_a_killed_erasure_leaves_no_copy_once_any_command_opens_the_store(mem_cli: Cli) -> None:
+    """`memories forget` rewrites the store beside it: killed once the copy is built, the copy (every
+    other memory) is gone as soon as the next command opens the store, a read included, and the
+    erasure, run again, completes."""
+    cli = mem_cli
+    ids = [cli.ok("remember", "--user", "ann", f"note {n} on {t}", "--json").json()["id"]
+           for n, t in enumerate(("NVDA", "AMD", "TSMC"))]  # fmt: skip
+    assert cli.harness is not None
+    killed = cli.harness.run(
+        ["memories", "forget", ids[0], "--user", "ann"],
+        cli.env,
+        "call:after:market_analyst.persistence.qdrant.edge_shard:build_beside",
+        cwd=cli.cwd,
+    )
+    copy = cli.data_dir / "memories.edge-new"
+    assert killed.killed and copy.is_dir()
+    assert sorted(_ids(cli, "--user", "ann")) == sorted(ids)  # the erasure never happened
+    assert not copy.exists()
+    cli.ok("memories", "forget", ids[0], "--user", "ann")
+    assert sorted(_ids(cli, "--user", "ann")) == sorted(ids[1:])
+    assert sorted(p.name for p in cli.data_dir.iterdir() if p.name.startswith("memories")) == ["memories"]
+
+
 def test_every_mistake_is_one_line_and_exit_2(mem_cli: Cli) -> None:
     cli = mem_cli
     mine = cli.ok("remember", "--user", "ann", "A note of ann's", "--json").json()["id"]

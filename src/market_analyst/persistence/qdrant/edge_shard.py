@@ -4,7 +4,8 @@ beside the store, installed by renames, and settled after a kill.
 A shard appears under the store's name only by the rename of a complete one, so a `kill -9` at any
 moment leaves the old store or the new shard whole, never half of either. Beside the store `<path>`:
 
-- `<path>.edge-new`: a shard being built (what a killed build left is deleted before the next);
+- `<path>.edge-new`: a shard being built; what a killed build left (an erasure's copy of every other
+  point) is deleted by the next `settle`, that is the store's next opening, or the next build;
 - `<path>.edge-ready`: a complete shard on its way in: installed when the store is not complete
   (killed in the middle of an install), stale when it is (killed before one: another process may
   have written since);
@@ -104,9 +105,11 @@ def swap(path: Path, new: Path) -> None:
 
 def settle(path: Path, *, complete: Callable[[Path], bool]) -> None:
     """Finish what a killed command left beside the store at `path` (the caller holds the folder):
-    put back a store moved aside whose replacement never arrived, install a ready shard where the
-    store is not complete, and delete what is stale."""
+    delete a shard it was building, put back a store moved aside whose replacement never arrived,
+    install a ready shard where the store is not complete, and delete what is stale."""
     ready, old = sibling(path, READY), sibling(path, OLD)
+    # No one builds while the caller holds the folder: a shard half built is a killed command's.
+    shutil.rmtree(sibling(path, NEW), ignore_errors=True)
     if not ready.exists() and not complete(path) and complete(old):
         os.rename(old, path)  # killed before the new shard was complete: keep the old one
         fsync_dir(path.parent)
