@@ -37,17 +37,22 @@ def postgres_url(postgres_server: str) -> str:
     return new_database(postgres_server)
 
 
-@pytest.fixture(scope="session")
-def redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Redis with search and JSON for the session: `REDIS_URL` if set, else a Redis Stack server."""
+def _redis(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
+    """`REDIS_URL` if set, else a Redis Stack server of its own in a folder named `name`."""
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    server = RedisServer(tmp_path_factory.mktemp(name)).start()
     try:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis with search and JSON for the session: `REDIS_URL` if set, else a Redis Stack server."""
+    yield from _redis(tmp_path_factory, "redis")
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +60,7 @@ def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Redis of one module's own, for tests that leave threads the thread index does not list (a
     run killed at the wrong moment, a saver written to directly): listings on the session's shared
     server refuse such threads, whichever test they belong to."""
-    if os.environ.get("REDIS_URL"):
-        yield os.environ["REDIS_URL"]
-        return
-    server = RedisServer(tmp_path_factory.mktemp("own-redis")).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield from _redis(tmp_path_factory, "own-redis")
 
 
 @pytest.fixture
