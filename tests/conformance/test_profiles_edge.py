@@ -137,6 +137,75 @@ def test_kill_9_at_random_moments_of_profile_set_never_leaves_a_mix(cli: Cli, ha
     assert killed >= 5, "too few of the commands were killed to mean anything"
 
 
+ANNS_WORDS = "ann keeps zebra-7781 out of tobacco"
+SHARD = "market_analyst.persistence.qdrant.edge_shard"
+
+
+def _holding(folder: Path, text: str) -> list[Path]:
+    """Every file under `folder` that holds `text`, read byte by byte."""
+    return [p for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_a_deleted_profile_leaves_none_of_its_words_on_disk(cli: Cli):
+    cli.ok("profile", "set", "--user", "ann", "--notes", ANNS_WORDS)
+    cli.ok("profile", "set", "--user", "bob", "--notes", "bob keeps this")
+    assert _holding(cli.data_dir, ANNS_WORDS)  # the scan finds them while they are there
+    cli.ok("profile", "delete", "--user", "ann")
+    assert _holding(cli.data_dir, ANNS_WORDS) == []  # not in a segment, not in the write-ahead log
+    assert cli.ok("profile", "show", "--user", "bob", "--json").json()["profile"]["notes"] == "bob keeps this"
+    assert "No stored profile" in cli.ok("profile", "show", "--user", "ann").stdout
+
+
+def test_deletions_and_sets_at_once_each_apply_and_no_deleted_words_remain(cli: Cli, tmp_path: Path):
+    """Two deletions (each a rewrite of the whole shard) and two sets, in four processes at once: every
+    command succeeds, the sets are kept, and neither deleted profile leaves a byte behind."""
+    for user in ("ann", "dan"):
+        cli.ok("profile", "set", "--user", user, "--notes", f"{ANNS_WORDS} ({user})")
+    finished = _run_together(
+        cli,
+        [
+            ["profile", "delete", "--user", "ann"],
+            ["profile", "set", "--user", "bob", "--notes", "bob keeps this"],
+            ["profile", "delete", "--user", "dan"],
+            ["profile", "set", "--user", "cy", "--notes", "cy keeps this"],
+        ],
+        tmp_path / "go",
+    )
+    assert [code for code, _, _ in finished] == [0, 0, 0, 0], [err for _, _, err in finished]
+    for user in ("bob", "cy"):
+        notes = cli.ok("profile", "show", "--user", user, "--json").json()["profile"]["notes"]
+        assert notes == f"{user} keeps this"
+    for user in ("ann", "dan"):
+        assert "No stored profile" in cli.ok("profile", "show", "--user", user).stdout
+    assert _holding(cli.data_dir, ANNS_WORDS) == []
+
+
+@pytest.mark.parametrize(
+    ("kill", "deleted"),
+    [
+        (f"call:after:{SHARD}:build_beside", False),  # the new shard built beside, the store untouched
+        (f"call:before:{SHARD}:mark_ready", False),  # the store moved aside, the new one not yet ready
+        (f"call:after:{SHARD}:mark_ready", True),  # the new shard ready, no store in place
+        (f"call:after:{SHARD}:put_in_place", True),  # the new store in place, the old one still aside
+    ],
+)
+def test_a_deletion_killed_mid_rewrite_leaves_the_old_store_or_the_new_and_completes_again(
+    cli: Cli, harness: Harness, kill: str, deleted: bool
+):
+    cli.ok("profile", "set", "--user", "ann", "--notes", ANNS_WORDS)
+    cli.ok("profile", "set", "--user", "bob", "--notes", "bob keeps this")
+    outcome = harness.run(["profile", "delete", "--user", "ann"], cli.env, kill_point=kill, cwd=cli.cwd)
+    assert outcome.killed
+    # The next command, a read, finds one whole store and settles what the kill left beside it.
+    assert cli.ok("profile", "show", "--user", "bob", "--json").json()["profile"]["notes"] == "bob keeps this"
+    shown = cli.ok("profile", "show", "--user", "ann").stdout
+    assert ("No stored profile" in shown) is deleted
+    assert sorted(p.name for p in cli.data_dir.iterdir() if p.name.startswith("profiles")) == ["profiles"]
+    cli.ok("profile", "delete", "--user", "ann")  # again: it completes, or there is nothing left to delete
+    assert _holding(cli.data_dir, ANNS_WORDS) == []
+    assert cli.ok("profile", "show", "--user", "bob", "--json").json()["profile"]["notes"] == "bob keeps this"
+
+
 def test_the_store_is_owner_only_keeps_its_log_and_indexes_user_id(tmp_path: Path):
     previous = os.umask(0o022)
     try:

@@ -5,6 +5,9 @@ point uses: profiles carry no embeddings), a keyword index on `user_id`, and its
 The log is what makes a write survive `kill -9` and what locks the shard to one process: without it,
 two writers would silently overwrite each other. A shard is opened for one operation and closed in
 a `finally`; closing flushes it. How it is made, installed and migrated to: `edge_setup`.
+
+A deletion rewrites the shard without the point, as memory erasure does: Edge's own delete only hides
+a point, whose payload stays in the segments and the write-ahead log until they are overwritten.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from market_analyst.persistence.profiles.base import UPSERT_BATCH, ProfileSession, StoredPoint
 from market_analyst.persistence.qdrant import edge_shard
+from market_analyst.persistence.store_access import lock_file
+
+WHAT = "the Qdrant Edge store"
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
@@ -25,7 +31,7 @@ def load_shard(path: Path) -> EdgeShard:
     """Open the shard at `path` (it must be one: see `edge_shard.is_shard`); `StoreBusy` while another
     process holds it."""
     # A damaged or unreadable shard is the user's to restore (the local-mode backup, if any, is whole).
-    return edge_shard.load(path, what="the Qdrant Edge store")
+    return edge_shard.load(path, what=WHAT)
 
 
 def build_shard(path: Path, points: Sequence[StoredPoint]) -> None:
@@ -63,11 +69,20 @@ def _upsert(shard: EdgeShard, points: Sequence[StoredPoint]) -> None:
 
 
 class EdgeSession(ProfileSession):
-    """One open Edge shard. Get it from `ProfileStore.session()`."""
+    """One open Edge shard at `path`, whose folder the opener holds (`session_lock`), and whose
+    set-up lock (`setup_lock`) keeps a migration out while a deletion swaps the shard. Get it from
+    `ProfileStore.session()`."""
 
-    def __init__(self, shard: EdgeShard, *, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self, shard: EdgeShard, path: Path, *, setup_lock: Path, now: Callable[[], datetime]
+    ) -> None:
         super().__init__(now=now)
         self._shard = shard
+        self._path = path
+        self._setup_lock = setup_lock
+
+    def close(self) -> None:
+        self._shard.close()
 
     def _payload(self, point_id: str) -> dict[str, Any] | None:
         records = self._shard.retrieve([point_id], True, False)
@@ -76,7 +91,27 @@ class EdgeSession(ProfileSession):
     def _put(self, points: Sequence[StoredPoint]) -> None:
         _upsert(self._shard, points)
 
-    def _remove(self, point_id: str) -> None:
-        from qdrant_edge import UpdateOperation
+    def _points(self, *, drop: str) -> list[StoredPoint]:
+        from qdrant_edge import ScrollRequest
 
-        self._shard.update(UpdateOperation.delete_points([point_id]))
+        points: list[StoredPoint] = []
+        offset = None
+        while True:
+            page, offset = self._shard.scroll(
+                ScrollRequest(offset=offset, limit=UPSERT_BATCH, with_payload=True, with_vector=False)
+            )
+            points.extend((str(r.id), dict(r.payload or {})) for r in page if str(r.id) != drop)
+            if offset is None or not page:
+                return points
+
+    def _remove(self, point_id: str) -> None:
+        """Rewrite the shard without `point_id`: built beside, swapped in by renames (a kill leaves
+        the old store or the new one, settled by the next opening), then opened again."""
+        points = self._points(drop=point_id)
+        with lock_file(self._setup_lock):
+            new = edge_shard.build_beside(self._path, lambda folder: build_shard(folder, points), what=WHAT)
+            self._shard.close()
+            try:
+                edge_shard.swap(self._path, new)
+            finally:
+                self._shard = load_shard(self._path)

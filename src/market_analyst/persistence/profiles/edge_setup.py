@@ -62,7 +62,9 @@ def session_lock_path(path: Path) -> Path:
 
 def has_store(path: Path) -> bool:
     """Whether there is anything to read at `path`: a store, or a migration to finish."""
-    return path.exists() or edge_shard.sibling(path, edge_shard.READY).exists()
+    # A store moved aside (`.edge-old`) by a deletion killed before its rewrite got in place is one.
+    beside = (edge_shard.READY, edge_shard.OLD)
+    return path.exists() or any(edge_shard.sibling(path, suffix).exists() for suffix in beside)
 
 
 def ensure_edge_store(path: Path) -> Migration | None:
@@ -73,6 +75,15 @@ def ensure_edge_store(path: Path) -> Migration | None:
         return None  # the common case: no lock, no further look
     with lock_file(setup_lock_path(path)):
         return _settle(path)
+
+
+def settle_beside(path: Path) -> None:
+    """Finish what a killed deletion left beside the complete store at `path` (the caller holds its
+    folder): a half-built shard, a ready one, or the old store moved aside, which still holds the
+    deleted profile. Costs three `stat`s when there is nothing."""
+    if any(edge_shard.sibling(path, s).exists() for s in (edge_shard.NEW, edge_shard.READY, edge_shard.OLD)):
+        with lock_file(setup_lock_path(path)):
+            edge_shard.settle(path, complete=edge_shard.is_shard)
 
 
 def _settle(path: Path) -> Migration | None:

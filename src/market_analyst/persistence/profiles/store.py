@@ -34,6 +34,7 @@ from market_analyst.persistence.profiles.edge_setup import (
     ensure_edge_store,
     has_store,
     session_lock_path,
+    settle_beside,
     setup_lock_path,
 )
 from market_analyst.persistence.profiles.fields import checked_changes, point_id_for
@@ -105,14 +106,16 @@ class ProfileStore:
                 # the folder was seen to read undecodable values and to trip the walk.
                 held.enter_context(lock_file(session_lock_path(path)))
                 ensure_edge_store(path)
+                settle_beside(path)
                 return held.pop_all(), load_shard(path)
 
         held, shard = self._wait(attempt)
         with held:
+            session = EdgeSession(shard, path, setup_lock=setup_lock_path(path), now=self._now)
             try:
-                yield EdgeSession(shard, now=self._now)
+                yield session
             finally:
-                shard.close()
+                session.close()
                 private_tree(path)  # Edge creates its files with the umask's modes
 
     @contextmanager
