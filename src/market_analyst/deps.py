@@ -44,6 +44,7 @@ from market_analyst.settings import Settings
 
 if TYPE_CHECKING:
     from market_analyst.persistence.archive.postgres import CopyCounts as ArchiveCopy
+    from market_analyst.persistence.keys.base import Keyring, KeyStore
 
 __all__ = [
     "Approver",
@@ -179,22 +180,51 @@ def records_location(settings: Settings) -> str:
     return postgres_server(settings).describe("records database")
 
 
+def open_keys(settings: Settings) -> KeyStore:
+    """Where the threads' wrapped data keys live: the records store (the data directory, or the records
+    database when `MA_RECORDS=postgres`)."""
+    if settings.records == "postgres":
+        from market_analyst.persistence.keys.postgres import PostgresKeyStore
+
+        return PostgresKeyStore(postgres_server(settings))
+    from market_analyst.persistence.keys.files import FileKeyStore
+
+    return FileKeyStore(settings.data_dir / "keys")
+
+
+def open_keyring(settings: Settings) -> Keyring:
+    """The data keys of the records store, unwrapped by the master key (`MA_MASTER_KEY`, or the data
+    directory's `master.key`, made on first use, not before)."""
+    from market_analyst.persistence.keys.base import Keyring, load_master_key
+
+    return Keyring(
+        open_keys(settings),
+        lambda: load_master_key(settings.secret("master_key"), settings.data_dir),
+        now=lambda: settings.now().isoformat(timespec="seconds"),
+    )
+
+
 @contextmanager
 def open_checkpointer(settings: Settings) -> Iterator[CheckpointBackend]:
     """Yield the ready backend that `settings.checkpointer` selects (PostgreSQL, embedded by default or
-    `POSTGRES_URL`, or Redis at `REDIS_URL`): a saver with `setup()` done, the per-thread lease of the
-    same backend, and the errors that mean its server went away. Closed afterwards."""
+    `POSTGRES_URL`, or Redis at `REDIS_URL`): a saver with `setup()` done that seals every value under
+    its thread's data key, the per-thread lease of the same backend, and the errors that mean its
+    server went away. Closed afterwards."""
+    keyring = open_keyring(settings)
     if settings.checkpointer == "postgres":
         from market_analyst.persistence.checkpoints.postgres import open_postgres
 
         server = postgres_server(settings)
-        with open_postgres(server.uri(), embedded=server.embedded) as postgres:
+        with open_postgres(server.uri(), embedded=server.embedded, keyring=keyring) as postgres:
             yield postgres
     else:
         from market_analyst.persistence.checkpoints.redis import open_redis
 
         with open_redis(
-            settings.redis_url, shallow=settings.redis_shallow, lease_ttl_seconds=settings.lease_ttl_seconds
+            settings.redis_url,
+            shallow=settings.redis_shallow,
+            lease_ttl_seconds=settings.lease_ttl_seconds,
+            keyring=keyring,
         ) as redis:
             yield redis
 

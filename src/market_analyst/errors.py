@@ -33,6 +33,11 @@ class ThreadBusy(UserError):
         self.thread_id = thread_id
 
 
+class SealedValueUnreadable(UserError):
+    """A checkpoint value sealed under a data key this process cannot find: erased, or kept by
+    another records store. Reads of the thread refuse; listings go on."""
+
+
 class StaleDraft(UserError):
     """The draft is older than MA_MAX_DRAFT_AGE allows for an approval."""
 

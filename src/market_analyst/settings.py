@@ -53,6 +53,7 @@ VARIABLES: dict[str, str] = {
     "QDRANT_API_KEY": "",
     "MA_PROFILE_STORE": "edge",
     "MA_RECORDS": "files",
+    "MA_MASTER_KEY": "",
     "MA_USER": "",
     "MA_APPROVERS": "",
     "MA_REQUIRED_APPROVALS": "1",
@@ -144,6 +145,7 @@ class Settings(BaseSettings):
     qdrant_api_key: SecretStr | None = _var("QDRANT_API_KEY")
     profile_store: ProfileStoreKind = _var("MA_PROFILE_STORE")
     records: RecordsKind = _var("MA_RECORDS")
+    master_key: SecretStr | None = _var("MA_MASTER_KEY")
     user: str | None = _var("MA_USER")
     approvers: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(), validation_alias="MA_APPROVERS"
@@ -184,7 +186,13 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "checkpointer", "durability", "market_data", "analyst", "profile_store", "records", "embedder",
+        "checkpointer",
+        "durability",
+        "market_data",
+        "analyst",
+        "profile_store",
+        "records",
+        "embedder",
         mode="before",
     )
     @classmethod
@@ -317,7 +325,7 @@ class Settings(BaseSettings):
         """The current UTC time, or the fixed time `SOURCE_DATE_EPOCH` names (reproducible runs)."""
         return self.fixed_now or datetime.now(UTC)
 
-    def secret(self, name: Literal["openai_api_key", "qdrant_api_key"]) -> str | None:
+    def secret(self, name: Literal["openai_api_key", "qdrant_api_key", "master_key"]) -> str | None:
         """The plain value of a secret setting, for the one adapter that sends it."""
         value: SecretStr | None = getattr(self, name)
         return value.get_secret_value() if value is not None else None

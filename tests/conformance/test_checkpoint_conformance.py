@@ -30,6 +30,7 @@ from langgraph.checkpoint.conformance.spec import test_put_writes as put_writes_
 from market_analyst.deps import open_checkpointer
 from market_analyst.graph import build_graph
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
+from market_analyst.persistence.checkpoints.sealing import SealingSerializer
 from market_analyst.settings import Settings
 from tests.support import REPO
 from tests.support.cli import Cli
@@ -123,7 +124,7 @@ EXPECTED_FAILURES: dict[str, dict[str, dict[str, str]]] = {
     "redis-shallow": SHALLOW_FAILURES,
 }
 SAVER_CLASSES = {
-    "postgres": "PostgresSaver",
+    "postgres": "SealedPostgresSaver",
     "redis": "FencedRedisSaver",
     "redis-shallow": "FencedShallowRedisSaver",
 }
@@ -225,8 +226,9 @@ def opened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 def test_the_suite_passes_all_but_the_listed_spec_tests(opened: Any, request: pytest.FixtureRequest):
     name = request.node.callspec.params["opened"]
     assert type(opened).__name__ == SAVER_CLASSES[name]
+    assert isinstance(opened.serde, SealingSerializer)  # every value sealed under its thread's key
     if name != "postgres":
-        assert isinstance(opened.serde, StrictRedisSerializer)
+        assert isinstance(opened.serde.inner, StrictRedisSerializer)
     for method in NOT_IMPLEMENTED:  # a saver that gains one should be offered to the suite
         assert getattr(type(opened), method) is getattr(BaseCheckpointSaver, method), method
     assert_report(run_suite(name, opened), EXPECTED_FAILURES[name])

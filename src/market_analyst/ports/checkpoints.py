@@ -48,6 +48,10 @@ class ThreadIndex(Protocol):
         """Drop the thread's row (nothing when there is none)."""
         ...
 
+    def owner(self, thread_id: str) -> str | None:
+        """The user who started the thread, or None when it has no row."""
+        ...
+
     def query(self, query: ThreadQuery) -> tuple[list[ThreadRow], int]:
         """The rows matching `query`, newest update first, at most `query.limit`; and how many match."""
         ...

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from market_analyst.deps import open_archive, open_audit, open_memory, open_profiles
+from market_analyst.deps import open_archive, open_audit, open_keyring, open_memory, open_profiles
 from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
@@ -90,7 +90,20 @@ def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = F
                     result.threads.append(row)
             except ThreadBusy:
                 result.busy.append(row.thread_id)
+        _drop_orphan_keys(run, settings)
     return result
+
+
+def _drop_orphan_keys(run: Run, settings: Settings) -> int:
+    """Erase the data keys of threads that have no checkpoint left (a prune or forget killed between
+    deleting a thread and its key); a thread being started now has its index row already, and keeps
+    its key."""
+    keyring = open_keyring(settings)
+    stored = keyring.store.keys()
+    if not stored:
+        return 0
+    alive = set(run.backend.thread_ids()) | run.backend.index.ids()
+    return sum(keyring.forget_thread(key.thread_id) for key in stored if key.thread_id not in alive)
 
 
 def memory_cutoff(settings: Settings, older_than: str) -> datetime:
@@ -118,6 +131,7 @@ class ForgetResult:
     threads: list[str] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
     profile: int = 0
+    data_keys: int = 0  # the keys that sealed their threads' checkpoints: every copy went with them
     lease_keys: int = 0
     audit_entries: int = 0  # audit entries whose personal content was erased (the chain is kept)
     memories: int = 0  # what later runs would have recalled for the user, superseded ones included
@@ -130,21 +144,32 @@ def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> Forg
     rows), their profile, their memories, and the threads' lease keys. Another user's data is not
     touched."""
     result = ForgetResult(validate_user_id(user), dry_run=dry_run)
+    keyring = open_keyring(settings)
     with open_run(settings) as run:
         backfill(run, verify=True)  # a thread the index lacks would be missed: refuse
         rows = _all_rows(run, ThreadQuery(user_id=user, limit=_PAGE))
+        theirs = {row.thread_id for row in rows}
+        keys = {k.thread_id for k in keyring.store.keys() if k.owner == user or k.thread_id in theirs}
         for row in rows:
             if dry_run:
                 result.threads.append(row.thread_id)
                 continue
             try:
-                erased, keys = _erase(run, row, None)
+                erased, lease_keys = _erase(run, row, None)
             except ThreadBusy:
                 result.busy.append(row.thread_id)
                 continue
-            result.lease_keys += keys
+            result.lease_keys += lease_keys
             if erased:
                 result.threads.append(row.thread_id)
+        if dry_run:
+            result.data_keys = len(keys)
+        else:
+            # The keys of threads erased before a kill, or whose checkpoints are gone: not a busy one.
+            for thread_id in keys - set(result.busy):
+                keyring.forget_thread(thread_id)
+            left = {k.thread_id for k in keyring.store.keys()}
+            result.data_keys = len(keys - left)
     archive = open_archive(settings)
     result.reports = [summary.key for summary in archive.search(user_id=user).reports]
     profiles = open_profiles(settings)

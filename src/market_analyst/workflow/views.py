@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from market_analyst.choices import ThreadStatus
-from market_analyst.errors import UserError
+from market_analyst.errors import SealedValueUnreadable, UserError
 
 
 class UnreadableThread(UserError):
@@ -127,6 +127,9 @@ def _refusing_unloaded(config: dict[str, Any]) -> Iterator[Callable[[Any], Any]]
     unregister = register_serde_event_listener(listen)
     try:
         yield check
+    except SealedValueUnreadable as exc:
+        thread_id = config["configurable"]["thread_id"]
+        raise UnreadableThread(f"thread {thread_id} cannot be read: {exc}") from None
     finally:
         unregister()
     if blocked:

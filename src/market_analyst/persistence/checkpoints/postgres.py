@@ -7,6 +7,7 @@ session ends, so a killed process frees it at once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ import psycopg
 
 from market_analyst.errors import ThreadBusy
 from market_analyst.persistence.checkpoints.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
+from market_analyst.persistence.keys.base import Keyring
 from market_analyst.persistence.postgres.connect import postgres_connect, setup_lock
 from market_analyst.redaction import redact_url
 
@@ -42,6 +44,7 @@ class PostgresBackend:
     description: str
     index: PostgresThreadIndex
     embedded: bool = False
+    keyring: Keyring | None = None
     keeps_history: bool = True
     outage_errors: tuple[type[BaseException], ...] = field(
         default=(psycopg.OperationalError, psycopg.InterfaceError)
@@ -77,8 +80,11 @@ class PostgresBackend:
             conn.close()
 
     def erase_thread(self, thread_id: str) -> int:
-        """Delete the thread's checkpoints; an advisory lock leaves no key behind to delete."""
+        """Delete the thread's checkpoints, then its data key; an advisory lock leaves no lease key
+        behind to delete."""
         self.saver.delete_thread(thread_id)
+        if self.keyring is not None:
+            self.keyring.forget_thread(thread_id)
         return 0
 
     def thread_ids(self) -> list[str]:
@@ -88,6 +94,46 @@ class PostgresBackend:
                 "SELECT DISTINCT thread_id FROM checkpoints WHERE checkpoint_ns = '' ORDER BY thread_id"
             )
             return [row["thread_id"] for row in cur.fetchall()]
+
+
+@functools.cache
+def _sealed_saver_class() -> Any:
+    """`PostgresSaver` sealing what it stores under the thread's data key (see `sealing`)."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+    from market_analyst.persistence.checkpoints.sealing import Sealed, sealed_writes, thread_of
+
+    class SealedPostgresSaver(PostgresSaver):
+        keyring: Keyring | None = None
+
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            if self.keyring is None:
+                return super().put(config, checkpoint, metadata, new_versions)
+            cipher = self.keyring.cipher_for(thread_of(config))
+            values: dict[str, Any] = {}
+            versions = dict(new_versions)
+            for channel, value in checkpoint["channel_values"].items():
+                if value is None or isinstance(value, _DeltaSnapshot):
+                    values[channel] = value
+                    continue
+                values[channel] = Sealed(value, cipher)
+                if channel not in versions and isinstance(value, (str, int, float, bool)):
+                    # Upstream keeps such a value inline in every checkpoint, so a thread written
+                    # before sealing has no blob at its current version: this stores it (or, when
+                    # it is stored already, does nothing).
+                    known = checkpoint.get("channel_versions", {}).get(channel)
+                    if known is not None:
+                        versions[channel] = known
+            sealed = {**checkpoint, "channel_values": values}
+            return super().put(config, sealed, metadata, versions)  # type: ignore[arg-type]
+
+        def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            if self.keyring is not None:
+                writes = sealed_writes(self.keyring, config, writes)
+            super().put_writes(config, writes, task_id, task_path)
+
+    return SealedPostgresSaver
 
 
 def _schema_current(conn: Any, saver: Any) -> bool:
@@ -122,18 +168,26 @@ def _ensure_schema(conn: Any, saver: Any) -> None:
 
 
 @contextmanager
-def open_postgres(uri: str, *, embedded: bool = False) -> Iterator[PostgresBackend]:
+def open_postgres(
+    uri: str, *, embedded: bool = False, keyring: Keyring | None = None
+) -> Iterator[PostgresBackend]:
     """Connect to `uri` (the embedded server's, when `embedded`), make sure the checkpoint tables
-    exist, and yield the backend; close it afterwards."""
-    from langgraph.checkpoint.postgres import PostgresSaver
+    exist, and yield the backend; close it afterwards. With a `keyring`, every value is sealed under
+    its thread's data key, and the thread index says whose thread it is."""
+    from market_analyst.persistence.checkpoints.sealing import SealingSerializer
 
     description = redact_url(uri)
     conn = postgres_connect(uri, description, embedded=embedded)
     try:
-        saver = PostgresSaver(conn)
+        saver = _sealed_saver_class()(conn)
+        index = PostgresThreadIndex(conn)
+        if keyring is not None:
+            saver.keyring = keyring
+            saver.serde = SealingSerializer(saver.serde, keyring)
+            keyring.owner_of = index.owner
         _ensure_schema(conn, saver)
         yield PostgresBackend(
-            saver=saver, uri=uri, description=description, index=PostgresThreadIndex(conn), embedded=embedded
+            saver=saver, uri=uri, description=description, index=index, embedded=embedded, keyring=keyring
         )
     finally:
         conn.close()

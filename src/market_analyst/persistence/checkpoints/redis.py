@@ -27,7 +27,16 @@ from redis import exceptions as redis_errors
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
+from market_analyst.persistence.checkpoints.sealing import (
+    SealingSerializer,
+    is_redis_sealed,
+    redis_opened,
+    redis_sealed_values,
+    sealed_writes,
+    thread_of,
+)
 from market_analyst.persistence.checkpoints.thread_index import RedisThreadIndex
+from market_analyst.persistence.keys.base import Keyring
 from market_analyst.redaction import redact_url
 
 # Module versions are encoded as major*10000 + minor*100 + patch.
@@ -85,14 +94,21 @@ class _Fences:
 
 
 class _FencedWrites:
-    """Checks the lease's fencing token before the saver writes a checkpoint or pending writes."""
+    """Checks the lease's fencing token before the saver writes a checkpoint or pending writes, and
+    seals what it writes under the thread's data key when it has a keyring (see `sealing`): channel
+    values inside the checkpoint's JSON document, pending writes through the serializer."""
 
     fences: _Fences | None = None
+    keyring: Keyring | None = None
 
-    def put(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+    def put(self, config: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fences is not None:
             self.fences.check(config)
-        saved = super().put(config, *args, **kwargs)  # type: ignore[misc]
+        if self.keyring is not None:
+            cipher = self.keyring.cipher_for(thread_of(config))
+            values = redis_sealed_values(self.serde, cipher, checkpoint.get("channel_values", {}))  # type: ignore[attr-defined]
+            checkpoint = {**checkpoint, "channel_values": values}
+        saved = super().put(config, checkpoint, *args, **kwargs)  # type: ignore[misc]
         self._keep_has_writes(saved["configurable"])
         return saved
 
@@ -116,10 +132,31 @@ class _FencedWrites:
             if self._redis.exists(key):  # type: ignore[attr-defined]  # a merge would create it
                 self._redis.json().merge(key, "$", {"has_writes": True})  # type: ignore[attr-defined]
 
-    def put_writes(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+    def _deserialize_channel_values(self, channel_values: dict[str, Any]) -> dict[str, Any]:
+        """Open sealed values (every read of a checkpoint's values passes here), then let upstream
+        revive the rest, as written before sealing."""
+        values = channel_values or {}
+        serde = self.serde  # type: ignore[attr-defined]
+        sealed = {k: redis_opened(serde, v) for k, v in values.items() if is_redis_sealed(v)}
+        rest = {k: v for k, v in values.items() if k not in sealed}
+        opened: dict[str, Any] = super()._deserialize_channel_values(rest) if rest else {}  # type: ignore[misc]
+        return {**opened, **sealed}
+
+    def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any], pending_sends: Any) -> Any:
+        """Open sealed values that reach here unopened: `list` passes a document's values as stored."""
+        if any(is_redis_sealed(v) for v in (channel_values or {}).values()):
+            serde = self.serde  # type: ignore[attr-defined]
+            channel_values = {
+                k: redis_opened(serde, v) if is_redis_sealed(v) else v for k, v in channel_values.items()
+            }
+        return super()._load_checkpoint(checkpoint, channel_values, pending_sends)  # type: ignore[misc]
+
+    def put_writes(self, config: Any, writes: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fences is not None:
             self.fences.check(config)
-        written = super().put_writes(config, *args, **kwargs)  # type: ignore[misc]
+        if self.keyring is not None:
+            writes = sealed_writes(self.keyring, config, writes)
+        written = super().put_writes(config, writes, *args, **kwargs)  # type: ignore[misc]
         self._keep_has_writes((config or {}).get("configurable", {}))
         return written
 
@@ -171,6 +208,7 @@ class RedisBackend:
     fences: _Fences
     index: RedisThreadIndex
     keeps_history: bool
+    keyring: Keyring | None = None
     outage_errors: tuple[type[BaseException], ...] = (redis_errors.ConnectionError, redis_errors.TimeoutError)
     restart_hint: str = "when the server is back"
 
@@ -212,8 +250,11 @@ class RedisBackend:
                 continue
 
     def erase_thread(self, thread_id: str) -> int:
-        """Delete the thread's checkpoints and its fencing counter (its lease key goes with the lease)."""
+        """Delete the thread's checkpoints, its data key and its fencing counter (its lease key goes
+        with the lease)."""
         self.saver.delete_thread(thread_id)
+        if self.keyring is not None:
+            self.keyring.forget_thread(thread_id)
         return int(self.client.delete(FENCE_PREFIX + thread_id))
 
     def thread_ids(self) -> list[str]:
@@ -305,7 +346,9 @@ def _setup(saver: Any) -> None:
 
 
 @contextmanager
-def open_redis(url: str | None, *, shallow: bool, lease_ttl_seconds: float) -> Iterator[RedisBackend]:
+def open_redis(
+    url: str | None, *, shallow: bool, lease_ttl_seconds: float, keyring: Keyring | None = None
+) -> Iterator[RedisBackend]:
     """Connect to `url` (`REDIS_URL`), check the server, set up the saver's indexes and yield the
     backend: the shallow saver (the latest checkpoint of each thread only) when `shallow`, and leases
     that last `lease_ttl_seconds` unless renewed."""
@@ -334,8 +377,12 @@ def open_redis(url: str | None, *, shallow: bool, lease_ttl_seconds: float) -> I
         saver = saver_class(redis_client=client)
         saver.serde = StrictRedisSerializer()
         saver.fences = fences
-        _setup(saver)
         index = RedisThreadIndex(client)
+        if keyring is not None:
+            saver.keyring = keyring
+            saver.serde = SealingSerializer(saver.serde, keyring)
+            keyring.owner_of = index.owner
+        _setup(saver)
         index.setup()
         yield RedisBackend(
             saver=saver,
@@ -345,6 +392,7 @@ def open_redis(url: str | None, *, shallow: bool, lease_ttl_seconds: float) -> I
             lease_ttl_seconds=lease_ttl_seconds,
             fences=fences,
             index=index,
+            keyring=keyring,
         )
     finally:
         client.close()

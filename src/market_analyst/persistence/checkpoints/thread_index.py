@@ -45,6 +45,12 @@ class PostgresThreadIndex:
         with self.conn.cursor() as cur:
             cur.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s", (thread_id,))
 
+    def owner(self, thread_id: str) -> str | None:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT user_id FROM {TABLE} WHERE thread_id = %s", (thread_id,))
+            row = cur.fetchone()
+        return str(row["user_id"]) if row else None
+
     def query(self, query: ThreadQuery) -> tuple[list[ThreadRow], int]:
         where: list[str] = []
         args: list[Any] = []
@@ -134,6 +140,10 @@ class RedisThreadIndex:
 
     def remove(self, thread_id: str) -> None:
         self.client.delete(REDIS_PREFIX + thread_id)
+
+    def owner(self, thread_id: str) -> str | None:
+        value = self.client.hget(REDIS_PREFIX + thread_id, "user_id")
+        return value.decode() if isinstance(value, bytes) else value
 
     def query(self, query: ThreadQuery) -> tuple[list[ThreadRow], int]:
         from redis.commands.search.query import Query
