@@ -204,6 +204,17 @@ def open_keyring(settings: Settings) -> Keyring:
     )
 
 
+def compact_after_erasure(settings: Settings) -> list[str]:
+    """After `forget` or `prune`: on the embedded server, rewrite the tables erased from and drop the
+    WAL that held their old rows (see `persistence.postgres.compact`); nothing on other servers, or
+    when neither the checkpointer nor the records live on it."""
+    from market_analyst.persistence.postgres.compact import compact_erased
+
+    if settings.checkpointer != "postgres" and settings.records != "postgres":
+        return []
+    return compact_erased(postgres_server(settings))
+
+
 @contextmanager
 def open_checkpointer(settings: Settings) -> Iterator[CheckpointBackend]:
     """Yield the ready backend that `settings.checkpointer` selects (PostgreSQL, embedded by default or

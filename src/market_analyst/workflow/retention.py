@@ -9,7 +9,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from market_analyst.deps import open_archive, open_audit, open_keyring, open_memory, open_profiles
+from market_analyst.deps import (
+    compact_after_erasure,
+    open_archive,
+    open_audit,
+    open_keyring,
+    open_memory,
+    open_profiles,
+)
 from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
@@ -91,6 +98,8 @@ def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = F
             except ThreadBusy:
                 result.busy.append(row.thread_id)
         _drop_orphan_keys(run, settings)
+    if result.threads:
+        compact_after_erasure(settings)
     return result
 
 
@@ -186,6 +195,7 @@ def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> Forg
     result.profile = int(profiles.delete(user))  # readable or not, it goes
     result.memories = memories.forget_user(user)
     result.audit_entries = open_audit(settings).erase_user(user, settings.now().isoformat(timespec="seconds"))
+    compact_after_erasure(settings)
     return result
 
 

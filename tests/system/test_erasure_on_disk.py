@@ -1,0 +1,181 @@
+"""Erasure that reaches the disk: after `forget` and `prune`, every byte under the data directory and
+the embedded PostgreSQL's folder (heap, WAL, statistics), or Redis's AOF, is read for the erased
+texts. Checkpoints are sealed under their thread's data key, so the database never holds them in
+clear; erasing the key leaves copies that no longer decrypt, which the test shows by trying.
+
+Each backend runs on a store of the test's own: the embedded PostgreSQL inside the data directory
+(with the records, archive and audit log included, in files or in the database), or a Redis server
+whose AOF lives in the test's folder.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from market_analyst.errors import SealedValueUnreadable
+from tests.support.cli import Cli, clean_environ
+from tests.support.services import RedisServer
+
+
+def _marker(what: str) -> str:
+    """A text no other test, model or price file could write."""
+    return f"{what}-{secrets.token_hex(6)}"
+
+
+def _files(*roots: Path) -> Iterator[Path]:
+    seen: set[Path] = set()
+    for root in roots:
+        for path in [root, *root.rglob("*")]:
+            real = path.resolve()
+            if real.is_file() and real not in seen:
+                seen.add(real)
+                yield real
+
+
+def _found(texts: list[str], *roots: Path) -> dict[str, list[str]]:
+    """Each text with every file holding it in clear (UTF-8, as every store writes text)."""
+    hits: dict[str, list[str]] = {}
+    for path in _files(*roots):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue  # a socket or a file removed while the walk passed
+        for text in texts:
+            if text.encode() in data:
+                hits.setdefault(text, []).append(str(path))
+    return hits
+
+
+@pytest.fixture(params=["postgres", "postgres-records", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path, harness: Any) -> Iterator[tuple[Cli, list[Path]]]:
+    """A CLI on its own store, and the folders that store writes to: the data directory, then the
+    checkpointer's own."""
+    data = tmp_path / "data"
+    env = clean_environ() | {"MA_DATA_DIR": str(data)}
+    if request.param.startswith("postgres"):
+        records = {"MA_RECORDS": "postgres"} if request.param == "postgres-records" else {}
+        cli = Cli(env=env | records, cwd=tmp_path, harness=harness)
+        try:
+            yield cli, [data, data / "postgres"]
+        finally:
+            cli.run("db", "stop")
+        return
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        redis = {"MA_CHECKPOINTER": "redis", "REDIS_URL": server.url}
+        cli = Cli(env=env | redis, cwd=tmp_path, harness=harness)
+        yield cli, [data, server.data_dir]
+    finally:
+        server.stop()
+
+
+def _sealed_copies(cli: Cli, thread_ids: list[str]) -> list[tuple[str, bytes]]:
+    """The thread's pending writes as the saver stored them: (type with cipher name, ciphertext)."""
+    from market_analyst.deps import open_checkpointer
+    from market_analyst.settings import Settings
+
+    settings = Settings.load(environ=cli.env, dotenv=None)
+    copies: list[tuple[str, bytes]] = []
+    with open_checkpointer(settings) as backend:
+        if settings.checkpointer == "postgres":
+            with backend.saver.conn.cursor() as cur:
+                cur.execute(
+                    "SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%s) "
+                    "UNION ALL SELECT type, blob FROM checkpoint_blobs WHERE thread_id = ANY(%s)",
+                    (thread_ids, thread_ids),
+                )
+                copies = [(row["type"], bytes(row["blob"])) for row in cur.fetchall() if row["blob"]]
+        else:
+            import base64
+
+            for key in backend.client.scan_iter("checkpoint_write:*", count=1000):
+                doc = backend.client.json().get(key)
+                if any(t in key.decode() for t in thread_ids):
+                    copies.append((doc["type"], base64.b64decode(doc["blob"])))
+    return copies
+
+
+def _open(cli: Cli, copies: list[tuple[str, bytes]]) -> list[Any]:
+    """Each copy opened by a fresh process's keyring: the value, or the refusal it met."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from market_analyst.deps import open_keyring
+    from market_analyst.persistence.checkpoints.sealing import SealingSerializer
+    from market_analyst.settings import Settings
+
+    serde = SealingSerializer(JsonPlusSerializer(), open_keyring(Settings.load(environ=cli.env, dotenv=None)))
+    opened: list[Any] = []
+    for copy in copies:
+        try:
+            opened.append(serde.loads_typed(copy))
+        except SealedValueUnreadable as exc:
+            opened.append(exc)
+    return opened
+
+
+def test_forget_leaves_no_erased_text_in_clear_and_its_sealed_copies_no_longer_decrypt(
+    store: tuple[Cli, list[Path]],
+):
+    cli, roots = store
+    ann = {k: _marker(k) for k in ("annprofile", "annmemory", "annquestion", "annnote", "annfeedback")}
+    bob = {k: _marker(k) for k in ("bobprofile", "bobquestion", "bobnote")}
+
+    cli.ok("profile", "set", "--user", "ann", "--risk-tolerance", "moderate", "--notes", ann["annprofile"])
+    cli.ok("remember", ann["annmemory"], "--user", "ann", "--ticker", "NVDA")
+    asked = cli.ok("analyze", "NVDA", "--user", "ann", "-q", ann["annquestion"], "--json")
+    published = asked.json()["thread_id"]
+    cli.ok("approve", published, "--user", "rev", "--note", ann["annnote"])
+    waiting = cli.ok("analyze", "MSFT", "--user", "ann", "--json").json()["thread_id"]
+    cli.ok("revise", waiting, "--user", "rev", "--feedback", ann["annfeedback"])
+
+    cli.ok("profile", "set", "--user", "bob", "--risk-tolerance", "aggressive", "--notes", bob["bobprofile"])
+    bobs = cli.ok("analyze", "AAPL", "--user", "bob", "-q", bob["bobquestion"], "--json").json()["thread_id"]
+    cli.ok("approve", bobs, "--user", "rev", "--note", bob["bobnote"])
+    bob_before = cli.ok("status", bobs, "--json").json()
+    bob_history = cli.ok("history", bobs, "--json").json()
+
+    # Checkpoints hold no text in clear, even before any erasure: only the other stores do.
+    if "MA_RECORDS" not in cli.env:
+        assert _found([*ann.values(), *bob.values()], roots[1]) == {}
+    copies = _sealed_copies(cli, [published, waiting])
+    assert copies and all("+ma-aes-gcm." in kind for kind, _ in copies)
+    assert not any(isinstance(value, Exception) for value in _open(cli, copies))  # they open now
+
+    done = cli.ok("forget", "--user", "ann", "--yes", "--json").json()
+    assert sorted(done["threads"]) == sorted([published, waiting]) and done["data_keys"] == 2
+
+    assert _found(list(ann.values()), *roots) == {}
+    opened = _open(cli, copies)  # the copies are still on disk (or in the AOF); their key is gone
+    assert opened and all(isinstance(value, SealedValueUnreadable) for value in opened)
+
+    # Bob's thread and words are untouched, and still read.
+    assert cli.ok("status", bobs, "--json").json() == bob_before
+    assert cli.ok("history", bobs, "--json").json() == bob_history
+    assert set(_found(list(bob.values()), *roots)) == {bob["bobprofile"], bob["bobquestion"], bob["bobnote"]}
+
+
+def test_prune_leaves_the_pruned_threads_copies_sealed_under_an_erased_key(store: tuple[Cli, list[Path]]):
+    """`prune` keeps the published report (the archive is the record) but erases the thread: its
+    checkpoints were never in clear, and what copies remain no longer decrypt."""
+    cli, roots = store
+    feedback = _marker("prunedfeedback")
+    thread = cli.ok("analyze", "NVDA", "--user", "ann", "--json").json()["thread_id"]
+    cli.ok("revise", thread, "--user", "rev", "--feedback", feedback)
+    cli.ok("approve", thread, "--user", "rev")
+    kept = cli.ok("analyze", "MSFT", "--user", "ann", "--json").json()["thread_id"]  # waiting: kept
+    copies = _sealed_copies(cli, [thread])
+    assert copies and not any(isinstance(value, Exception) for value in _open(cli, copies))
+
+    pruned = cli.ok("prune", "--finished-before", "0s", "--yes", "--json").json()
+    assert [row["thread_id"] for row in pruned["threads"]] == [thread]
+    if "MA_RECORDS" not in cli.env:  # else the report and the audit log, kept, are in that database
+        assert _found([feedback], roots[1]) == {}
+    opened = _open(cli, copies)
+    assert all(isinstance(value, SealedValueUnreadable) for value in opened)
+    assert cli.ok("status", kept, "--json").json()["status"] == "awaiting_approval"
+    assert not any(isinstance(v, Exception) for v in _open(cli, _sealed_copies(cli, [kept])))
