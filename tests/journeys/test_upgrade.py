@@ -309,3 +309,64 @@ def test_every_fixture_names_its_version_and_commit() -> None:
         manifest = json.loads((FIXTURES / version / "fixture.json").read_text())
         assert manifest.get("name", manifest["version"]) == version and len(manifest["commit"]) == 40
         assert set(manifest["backends"]) == set(BACKENDS)
+
+
+# --- Sealed by `records encrypt` --------------------------------------------------------------------
+
+
+def _clear_values(up: Upgraded) -> int:
+    """How many values the store holds without a cipher name: written before checkpoint encryption."""
+    if up.backend == "postgres":
+        with psycopg.connect(up.store_url) as conn:
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM checkpoint_blobs WHERE position('+' in type) = 0 "
+                "AND type <> 'empty') + (SELECT count(*) FROM checkpoint_writes "
+                "WHERE position('+' in type) = 0) "
+                "+ (SELECT count(*) FROM checkpoints, jsonb_each(checkpoint -> 'channel_values') AS v "
+                "WHERE jsonb_typeof(v.value) <> 'null')"
+            ).fetchone()
+        return int(row[0]) if row else 0
+    import redis
+
+    client = redis.Redis.from_url(up.store_url)
+    clear = 0
+    for key in client.scan_iter(match="checkpoint*", count=1000):
+        if client.type(key) != b"ReJSON-RL":
+            continue
+        doc = client.json().get(key)
+        if key.startswith(b"checkpoint_write:"):
+            clear += "+" not in str(doc.get("type"))
+        elif key.startswith(b"checkpoint:"):
+            values = (doc.get("checkpoint") or {}).get("channel_values") or {}
+            clear += sum(1 for v in values.values() if v is not None and not _redis_sealed(v))
+    client.close()
+    return clear
+
+
+def _redis_sealed(value: Any) -> bool:
+    from market_analyst.persistence.checkpoints.sealing import is_redis_sealed
+
+    return is_redis_sealed(value)
+
+
+def test_records_encrypt_seals_old_threads_which_then_approve_revise_and_resume(upgraded: Upgraded) -> None:
+    kinds = list(upgraded.manifest["backends"][upgraded.backend])
+    before = {kind: status(upgraded, kind) for kind in kinds}
+    assert _clear_values(upgraded) > 0  # the old version wrote everything in clear
+    out = upgraded.cli.ok("records", "encrypt", "--json").json()
+    assert set(out["sealed"]) == {upgraded.thread(kind) for kind in kinds} and out["busy"] == []
+    assert _clear_values(upgraded) == 0
+    assert upgraded.cli.ok("records", "encrypt", "--json").json()["sealed"] == {}  # nothing left to do
+    assert {kind: status(upgraded, kind) for kind in kinds} == before  # read back as they were
+
+    assert _approve(upgraded, "gate", "--user", "bob")["status"] == "published"
+    revised = upgraded.cli.ok(
+        "revise", upgraded.thread("revised"), "--feedback", "and the volatility", "--json"
+    )
+    assert revised.json()["draft"]["revision"] == 3
+    assert upgraded.cli.ok("approve", upgraded.thread("revised"), "--json").json()["status"] == "published"
+    resumed = upgraded.cli.ok("resume", upgraded.thread("crashed"), "--json").json()
+    assert resumed["status"] == "awaiting_approval"
+    assert upgraded.cli.ok("approve", upgraded.thread("crashed"), "--json").json()["status"] == "published"
+    assert len(upgraded.cli.archive_files()) == 3
+    assert _clear_values(upgraded) == 0  # and what the decisions wrote is sealed too

@@ -1,4 +1,5 @@
-"""`records migrate`: copy the data directory's records into the PostgreSQL records database."""
+"""`records migrate`: copy the data directory's records into the PostgreSQL records database;
+`records encrypt`: seal the threads written before checkpoints were encrypted."""
 
 from __future__ import annotations
 
@@ -35,3 +36,26 @@ def migrate(
         )
     if not result.changed:
         print("Nothing changed: the records database already held everything.")
+
+
+@app.command("encrypt")
+def encrypt(json_output: bool = JSON_OPTION) -> None:
+    """Seal what threads written before checkpoint encryption hold in clear under each thread's data
+    key, a thread at a time; safe to run again, and resumed where a killed run stopped."""
+    from market_analyst.errors import UserError
+    from market_analyst.workflow.records import encrypt_threads
+
+    result = encrypt_threads(load_settings())
+    if json_output:
+        emit_json({"threads": result.threads, "sealed": result.sealed, "busy": result.busy})
+    else:
+        values = sum(result.sealed.values())
+        print(
+            f"Sealed {values} value(s) in {len(result.sealed)} of {result.threads} thread(s); "
+            f"the other {result.threads - len(result.sealed) - len(result.busy)} held nothing in clear."
+        )
+    if result.busy:
+        raise UserError(
+            f"{len(result.busy)} thread(s) were busy and kept as they were: {', '.join(result.busy)}; "
+            "run records encrypt again"
+        )

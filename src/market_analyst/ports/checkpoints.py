@@ -101,6 +101,11 @@ class CheckpointBackend(Protocol):
         """Every thread with at least one checkpoint."""
         ...
 
+    def seal_thread(self, thread_id: str) -> int:
+        """Re-write what the thread holds in clear under its data key, at once (a kill leaves it old
+        or new); how many values were sealed. Call it holding the thread's lease."""
+        ...
+
     def erase_thread(self, thread_id: str) -> int:
         """Delete the thread's checkpoints (the saver's `delete_thread`) and any lease keys; returns
         how many lease keys went. Call it holding the thread's lease."""

@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from market_analyst.deps import copy_approvals_to_records, copy_archive_to_records, records_location
+from market_analyst.deps import (
+    compact_after_erasure,
+    copy_approvals_to_records,
+    copy_archive_to_records,
+    records_location,
+)
 from market_analyst.errors import UserError
 from market_analyst.settings import Settings
 
@@ -102,4 +107,39 @@ def migrate_records(settings: Settings, *, to: str) -> RecordsMigration:
             "every one identical byte for byte",
         )
     )
+    return result
+
+
+@dataclass
+class Encryption:
+    """What `records encrypt` did: values sealed per thread, and the threads it could not take."""
+
+    threads: int = 0  # threads looked at
+    sealed: dict[str, int] = field(default_factory=dict)  # thread -> values sealed now
+    busy: list[str] = field(default_factory=list)
+
+
+def encrypt_threads(settings: Settings) -> Encryption:
+    """Seal what threads written before checkpoint encryption hold in clear, thread by thread under
+    its lease, each in one transaction: run again after a kill, it goes on where it stopped. A thread
+    being advanced is left for the next run (`busy`)."""
+    from market_analyst.errors import ThreadBusy
+    from market_analyst.workflow.graph_run import open_run
+    from market_analyst.workflow.threads import backfill
+
+    result = Encryption()
+    with open_run(settings) as run:
+        backfill(run)  # so each new key is recorded under its thread's owner
+        for thread_id in run.backend.thread_ids():
+            result.threads += 1
+            try:
+                with run.backend.lease(thread_id):
+                    sealed = run.backend.seal_thread(thread_id)
+            except ThreadBusy:
+                result.busy.append(thread_id)
+                continue
+            if sealed:
+                result.sealed[thread_id] = sealed
+    if result.sealed:
+        compact_after_erasure(settings)  # the clear copies, now dead tuples and old WAL, go too
     return result

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from market_analyst.errors import ThreadBusy
 from market_analyst.persistence.checkpoints.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
@@ -86,6 +87,91 @@ class PostgresBackend:
         if self.keyring is not None:
             self.keyring.forget_thread(thread_id)
         return 0
+
+    def seal_thread(self, thread_id: str) -> int:
+        """Re-write what the thread holds in clear (written before sealing) under its data key, in
+        one transaction: a kill leaves it all old or all new, and a second run finds nothing to do.
+        Returns how many values were sealed. Call it holding the thread's lease."""
+        from market_analyst.persistence.checkpoints.sealing import Sealed
+
+        if self.keyring is None:
+            return 0
+        serde, conn = self.saver.serde, self.saver.conn
+        sealed = 0
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
+                "WHERE thread_id = %s AND position('+' in type) = 0 AND type <> 'empty' FOR UPDATE",
+                (thread_id,),
+            )
+            blobs = cur.fetchall()
+            cur.execute(
+                "SELECT checkpoint_ns, checkpoint_id, task_id, idx, type, blob FROM checkpoint_writes "
+                "WHERE thread_id = %s AND position('+' in type) = 0 FOR UPDATE",
+                (thread_id,),
+            )
+            writes = cur.fetchall()
+            cur.execute(
+                "SELECT checkpoint_ns, checkpoint_id, checkpoint FROM checkpoints WHERE thread_id = %s "
+                "AND EXISTS (SELECT 1 FROM jsonb_each(checkpoint -> 'channel_values') AS v "
+                "WHERE jsonb_typeof(v.value) <> 'null') FOR UPDATE",
+                (thread_id,),
+            )
+            inline = cur.fetchall()
+            if not (blobs or writes or inline):
+                return 0
+            cipher = self.keyring.cipher_for(thread_id)
+
+            def seal(kind: str, blob: bytes) -> tuple[str, bytes]:
+                return serde.dumps_typed(Sealed(serde.loads_typed((kind, bytes(blob))), cipher))
+
+            for row in blobs:
+                cur.execute(
+                    "UPDATE checkpoint_blobs SET type = %s, blob = %s WHERE thread_id = %s AND "
+                    "checkpoint_ns = %s AND channel = %s AND version = %s",
+                    (
+                        *seal(row["type"], row["blob"]),
+                        thread_id,
+                        row["checkpoint_ns"],
+                        row["channel"],
+                        row["version"],
+                    ),
+                )
+            for row in writes:
+                cur.execute(
+                    "UPDATE checkpoint_writes SET type = %s, blob = %s WHERE thread_id = %s AND "
+                    "checkpoint_ns = %s AND checkpoint_id = %s AND task_id = %s AND idx = %s",
+                    (
+                        *seal(row["type"], row["blob"]),
+                        *(thread_id, row["checkpoint_ns"], row["checkpoint_id"], row["task_id"], row["idx"]),
+                    ),
+                )
+            for row in inline:
+                checkpoint = row["checkpoint"]
+                values, versions = (
+                    checkpoint.get("channel_values", {}),
+                    checkpoint.get("channel_versions", {}),
+                )
+                kept = {}
+                for channel, value in values.items():
+                    if value is None or channel not in versions:
+                        kept[channel] = value
+                        continue
+                    # Upstream's own place for a value that is not inline: a blob at its version.
+                    kind, blob = serde.dumps_typed(Sealed(value, cipher))
+                    cur.execute(
+                        "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, "
+                        "blob) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (thread_id, checkpoint_ns, "
+                        "channel, version) DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob",
+                        (thread_id, row["checkpoint_ns"], channel, str(versions[channel]), kind, blob),
+                    )
+                    sealed += 1
+                cur.execute(
+                    "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{channel_values}', %s) "
+                    "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
+                    (Jsonb(kept), thread_id, row["checkpoint_ns"], row["checkpoint_id"]),
+                )
+        return sealed + len(blobs) + len(writes)
 
     def thread_ids(self) -> list[str]:
         """Every thread with at least one checkpoint."""

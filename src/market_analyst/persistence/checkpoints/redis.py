@@ -21,7 +21,7 @@ from typing import Any
 from langgraph.checkpoint.redis import RedisSaver
 from langgraph.checkpoint.redis.base import BaseRedisSaver
 from langgraph.checkpoint.redis.shallow import ShallowRedisSaver
-from langgraph.checkpoint.redis.util import to_storage_safe_str
+from langgraph.checkpoint.redis.util import to_storage_safe_id, to_storage_safe_str
 from redis import exceptions as redis_errors
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
@@ -256,6 +256,47 @@ class RedisBackend:
         if self.keyring is not None:
             self.keyring.forget_thread(thread_id)
         return int(self.client.delete(FENCE_PREFIX + thread_id))
+
+    def seal_thread(self, thread_id: str) -> int:
+        """Re-write what the thread holds in clear (written before sealing) under its data key, in
+        one MULTI/EXEC: a kill leaves it all old or all new, and a second run finds nothing to do.
+        Returns how many values were sealed. Call it holding the thread's lease."""
+        import base64
+
+        from market_analyst.persistence.checkpoints.sealing import Sealed
+
+        if self.keyring is None:
+            return 0
+        saver, serde, client = self.saver, self.saver.serde, self.client
+        safe = to_storage_safe_id(thread_id)
+        cipher = self.keyring.cipher_for(thread_id)
+        updates: list[tuple[Any, str, Any]] = []
+        sealed = 0
+        for key in client.scan_iter(match=f"checkpoint:{safe}:*", count=1000):
+            doc = client.json().get(key)
+            if not isinstance(doc, dict) or doc.get("thread_id") != safe:
+                continue  # another thread whose ID begins with this one and a ':'
+            values = (doc.get("checkpoint") or {}).get("channel_values") or {}
+            clear = {k: v for k, v in values.items() if v is not None and not is_redis_sealed(v)}
+            if clear:
+                opened = saver._deserialize_channel_values(clear)  # revived as a read revives them
+                new = {**values, **redis_sealed_values(serde, cipher, opened)}
+                updates.append((key, "$.checkpoint.channel_values", new))
+                sealed += len(clear)
+        for key in client.scan_iter(match=f"checkpoint_write:{safe}:*", count=1000):
+            doc = client.json().get(key)
+            if not isinstance(doc, dict) or doc.get("thread_id") != safe or "+" in str(doc.get("type")):
+                continue
+            value = serde.loads_typed((doc["type"], saver._decode_blob(doc["blob"])))
+            kind, blob = serde.dumps_typed(Sealed(value, cipher))
+            updates += [(key, "$.type", kind), (key, "$.blob", base64.b64encode(blob).decode())]
+            sealed += 1
+        if updates:
+            with client.pipeline(transaction=True) as pipeline:
+                for key, path, value in updates:
+                    pipeline.json().set(key, path, value)
+                pipeline.execute()
+        return sealed
 
     def thread_ids(self) -> list[str]:
         """Every thread with at least one checkpoint, from the saver's search index."""
