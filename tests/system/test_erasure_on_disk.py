@@ -4,13 +4,17 @@ texts. Checkpoints are sealed under their thread's data key, so the database nev
 clear; erasing the key leaves copies that no longer decrypt, which the test shows by trying.
 
 Each backend runs on a store of the test's own: the embedded PostgreSQL inside the data directory
-(with the records, archive and audit log included, in files or in the database), or a Redis server
-whose AOF lives in the test's folder.
+(with the records, archive and audit log included, in files or in the database), a PostgreSQL server
+of its own reached by `POSTGRES_URL` (an external server: nothing compacts it, so its WAL and dead
+tuples keep every sealed copy, useless without the erased key), or a Redis server whose AOF lives in
+the test's folder.
 """
 
 from __future__ import annotations
 
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ from typing import Any
 import pytest
 
 from market_analyst.errors import SealedValueUnreadable
+from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
 from tests.support.cli import Cli, clean_environ
 from tests.support.services import RedisServer
 
@@ -39,19 +44,24 @@ def _files(*roots: Path) -> Iterator[Path]:
 
 def _found(texts: list[str], *roots: Path) -> dict[str, list[str]]:
     """Each text with every file holding it in clear (UTF-8, as every store writes text)."""
-    hits: dict[str, list[str]] = {}
+    found = _found_bytes([text.encode() for text in texts], *roots)
+    return {text.decode(): paths for text, paths in found.items()}
+
+
+def _found_bytes(needles: list[bytes], *roots: Path) -> dict[bytes, list[str]]:
+    hits: dict[bytes, list[str]] = {}
     for path in _files(*roots):
         try:
             data = path.read_bytes()
         except OSError:
             continue  # a socket or a file removed while the walk passed
-        for text in texts:
-            if text.encode() in data:
-                hits.setdefault(text, []).append(str(path))
+        for needle in needles:
+            if needle in data:
+                hits.setdefault(needle, []).append(str(path))
     return hits
 
 
-@pytest.fixture(params=["postgres", "postgres-records", "redis"])
+@pytest.fixture(params=["postgres", "postgres-records", "external", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path, harness: Any) -> Iterator[tuple[Cli, list[Path]]]:
     """A CLI on its own store, and the folders that store writes to: the data directory, then the
     checkpointer's own."""
@@ -64,6 +74,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, harness: Any) -> Itera
             yield cli, [data, data / "postgres"]
         finally:
             cli.run("db", "stop")
+        return
+    if request.param == "external":
+        base = Path(tempfile.mkdtemp(prefix="ma-test-external-pg-"))
+        pgdata = base / "data"
+        uri = embedded_postgres_uri(pgdata)
+        try:
+            yield Cli(env=env | {"POSTGRES_URL": uri}, cwd=tmp_path, harness=harness), [data, pgdata]
+        finally:
+            discard_embedded_postgres(pgdata)
+            shutil.rmtree(base, ignore_errors=True)
         return
     server = RedisServer(tmp_path / "redis").start()
     try:
@@ -150,8 +170,13 @@ def test_forget_leaves_no_erased_text_in_clear_and_its_sealed_copies_no_longer_d
     assert sorted(done["threads"]) == sorted([published, waiting]) and done["data_keys"] == 2
 
     assert _found(list(ann.values()), *roots) == {}
-    opened = _open(cli, copies)  # the copies are still on disk (or in the AOF); their key is gone
+    opened = _open(cli, copies)  # the copies may still be on disk (or in the AOF); their key is gone
     assert opened and all(isinstance(value, SealedValueUnreadable) for value in opened)
+    residue = _found_bytes([blob[12:60] for _, blob in copies if len(blob) >= 60], roots[1])
+    if "POSTGRES_URL" in cli.env:  # nothing compacts an external server: its files keep the ciphertext
+        assert residue
+    elif "MA_CHECKPOINTER" not in cli.env:  # the embedded server was compacted: not even that is left
+        assert residue == {}
 
     # Bob's thread and words are untouched, and still read.
     assert cli.ok("status", bobs, "--json").json() == bob_before
