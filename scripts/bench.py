@@ -126,6 +126,14 @@ def bench_memory_analyze(scale: Scale) -> bool:
     return bench_memory_analyze.run(n, runs=scale.runs or 5)
 
 
+def bench_encryption(scale: Scale) -> bool:
+    """`analyze` to the gate and `approve`, fresh processes, with checkpoints sealed against without
+    (target within 1.15x each)."""
+    import bench_encryption
+
+    return bench_encryption.run(scale.n or 15)
+
+
 SECTIONS: dict[str, Section] = {
     "profiles": bench_profiles,
     "profile-open": bench_profile_open,
@@ -137,6 +145,7 @@ SECTIONS: dict[str, Section] = {
     "memory": bench_memory,
     "replicas": bench_replicas,
     "memory-analyze": bench_memory_analyze,
+    "encryption": bench_encryption,
 }
 
 # Each section's size under --small: enough data for every line it prints, little enough that all
@@ -152,6 +161,7 @@ SMALL: dict[str, int] = {
     "memory": 300,
     "replicas": 4,
     "memory-analyze": 20,
+    "encryption": 2,
 }
 
 

@@ -11,7 +11,9 @@ machine with few cores the replicas share them with the database, so two need no
 
 from __future__ import annotations
 
+import base64
 import math
+import os
 import statistics
 import subprocess
 import tempfile
@@ -70,7 +72,8 @@ def run(n: int) -> None:
         base = _environment(root / "data")
         uri = embedded_postgres_uri(Settings.load(environ=base, dotenv=None).postgres_dir)
         try:
-            env = base | {"POSTGRES_URL": uri, "MA_RECORDS": "postgres"}
+            master = base64.b64encode(os.urandom(32)).decode()  # the one every replica shares
+            env = base | {"POSTGRES_URL": uri, "MA_RECORDS": "postgres", "MA_MASTER_KEY": master}
             settings = Settings.load(environ=env, dotenv=None)
             token = add_approver(settings, "bench")
             started = time.perf_counter()

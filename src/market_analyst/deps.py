@@ -194,11 +194,16 @@ def open_keys(settings: Settings) -> KeyStore:
 
 def open_keyring(settings: Settings) -> Keyring:
     """The data keys of the records store, unwrapped by the master key (`MA_MASTER_KEY`, or the data
-    directory's `master.key`, made on first use, not before)."""
+    directory's `master.key`, made on first use, not before; a records database on a server, shared
+    by every host, needs `MA_MASTER_KEY`)."""
     from market_analyst.persistence.keys.base import Keyring, load_master_key
 
+    store = open_keys(settings)
+    if settings.records == "postgres" and settings.postgres_url:  # shared: refused at once without one
+        master = load_master_key(settings.secret("master_key"), settings.data_dir, shared_by=store.location)
+        return Keyring(store, lambda: master, now=lambda: settings.now().isoformat(timespec="seconds"))
     return Keyring(
-        open_keys(settings),
+        store,
         lambda: load_master_key(settings.secret("master_key"), settings.data_dir),
         now=lambda: settings.now().isoformat(timespec="seconds"),
     )

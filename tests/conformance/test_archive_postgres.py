@@ -17,7 +17,7 @@ from market_analyst.persistence.archive.document import render_document
 from market_analyst.ports import ReportStore
 from market_analyst.settings import Settings
 from tests.conformance.test_archive import _document
-from tests.support import archive_child
+from tests.support import SHARED_RECORDS, archive_child
 from tests.support.cli import Cli, market_analyst_command, run_with_kill, unique_id
 from tests.support.crashkit import Harness
 
@@ -27,7 +27,7 @@ ARCHIVES = ("directory", "postgres")
 def records_env(tmp_path: Path, postgres_url: str, kind: str) -> dict[str, str]:
     """Settings for an archive of `kind` in this test's data directory and database."""
     env = {"MA_DATA_DIR": str(tmp_path / "data"), "POSTGRES_URL": postgres_url}
-    return env | ({"MA_RECORDS": "postgres"} if kind == "postgres" else {})
+    return env | (SHARED_RECORDS if kind == "postgres" else {})
 
 
 @pytest.fixture(params=ARCHIVES)
@@ -233,7 +233,7 @@ def _rows(postgres_url: str) -> list[str]:
 def test_cli_reports_on_postgres_match_the_directory_archive(cli: Cli, fresh_cli, tmp_path: Path):
     """Publish, list, search, show and show --html give the same answers from both archives."""
     directory = fresh_cli()
-    cli.env.update(FIXED_CLOCK | {"MA_RECORDS": "postgres"})
+    cli.env.update(FIXED_CLOCK | SHARED_RECORDS)
     directory.env.update(FIXED_CLOCK)
     keys = [_publish(c, t, f"same-{t}") for c in (cli, directory) for t in ("NVDA", "MSFT")]
     assert keys[:2] == keys[2:]
@@ -261,7 +261,7 @@ def test_cli_reports_on_postgres_match_the_directory_archive(cli: Cli, fresh_cli
 
 
 def test_cli_forget_and_prune_reach_the_postgres_archive(cli: Cli):
-    cli.env["MA_RECORDS"] = "postgres"
+    cli.env.update(SHARED_RECORDS)
     ann = _publish(cli, "NVDA", "t-ann", user="ann")
     cy = _publish(cli, "MSFT", "t-cy", user="cy")
     cli.ok("prune", "--finished-before", "0d", "--yes")
@@ -274,7 +274,7 @@ def test_cli_forget_and_prune_reach_the_postgres_archive(cli: Cli):
 
 
 def test_cli_publish_killed_after_the_postgres_write_publishes_once(cli: Cli):
-    cli.env.update({"MA_RECORDS": "postgres", "MA_LEASE_TTL_SECONDS": "2"})
+    cli.env.update({**SHARED_RECORDS, "MA_LEASE_TTL_SECONDS": "2"})
     thread = unique_id("pg-crash")
     cli.ok("analyze", "NVDA", "--thread-id", thread)
     assert run_with_kill(cli, "after-archive-write", "approve", thread, "--user", "bob").returncode == -9
@@ -286,7 +286,7 @@ def test_cli_publish_killed_after_the_postgres_write_publishes_once(cli: Cli):
 
 
 def test_cli_concurrent_approvals_publish_one_row(cli: Cli):
-    cli.env["MA_RECORDS"] = "postgres"
+    cli.env.update(SHARED_RECORDS)
     race = unique_id("pg-race")
     cli.ok("analyze", "NVDA", "--thread-id", race)
     procs = [

@@ -20,11 +20,12 @@ from market_analyst.persistence.migrate import copy_approvers, copy_audit
 from market_analyst.persistence.sessions.postgres import PostgresSessionStore, PostgresSignInLimits
 from market_analyst.ports import AuditEvent
 from market_analyst.settings import Settings
+from tests.support import SHARED_RECORDS
 from tests.support.cli import Cli, unique_id
 
 
 def records_settings(postgres_url: str, data_dir: Path) -> Settings:
-    environ = {"MA_DATA_DIR": str(data_dir), "POSTGRES_URL": postgres_url, "MA_RECORDS": "postgres"}
+    environ = {"MA_DATA_DIR": str(data_dir), "POSTGRES_URL": postgres_url, **SHARED_RECORDS}
     return Settings.load(environ=environ, dotenv=None)
 
 
@@ -138,7 +139,7 @@ def test_postgres_stores_behave_as_their_file_twins(tmp_path: Path, postgres_url
 
 
 def test_audit_commands_forget_and_tampering_on_postgres(cli: Cli, postgres_url: str):
-    env = {"MA_RECORDS": "postgres"}
+    env = SHARED_RECORDS
     thread, other = unique_id("kept"), unique_id("forgotten")
     cli.ok("analyze", "NVDA", "--thread-id", thread, "--user", "ann", extra_env=env)
     cli.ok("approve", thread, "--user", "bob", "--note", "fine by me", extra_env=env)

@@ -13,6 +13,7 @@ import psycopg
 from market_analyst.deps import open_approvers
 from market_analyst.persistence.archive.document import render_document
 from market_analyst.settings import Settings
+from tests.support import SHARED_RECORDS
 from tests.support.cli import Cli, run_with_kill
 from tests.support.reports import report_document, write_reports
 
@@ -75,7 +76,7 @@ def test_migrate_ten_thousand_reports_killed_then_twice(cli: Cli):
     assert stored(cli.env["POSTGRES_URL"]) == rows  # no row rewritten
     assert tree_digest(cli.data_dir) == before  # the source is only read
 
-    cli.env["MA_RECORDS"] = "postgres"
+    cli.env.update(SHARED_RECORDS)
     listed = cli.ok("reports", "list", "--limit", "3", "--json").json()
     newest = sorted(((report_document(i)["created_at"], k) for i, k in enumerate(keys)), reverse=True)[:3]
     assert [r["key"] for r in listed] == [k for _, k in newest]
@@ -86,7 +87,7 @@ def test_migrate_ten_thousand_reports_killed_then_twice(cli: Cli):
 def test_migrate_reports_a_conflict_and_overwrites_nothing(cli: Cli):
     source = cli.data_dir / "reports"
     keys = write_reports(source, 3)
-    cli.env["MA_RECORDS"] = "postgres"
+    cli.env.update(SHARED_RECORDS)
     other = dict(report_document(1), approval_note="published on another host")
     cli.run("reports", "list")  # the archive's tables exist once a command has used them
     with psycopg.connect(cli.env["POSTGRES_URL"], autocommit=True) as conn:
@@ -157,7 +158,7 @@ def test_migrate_copies_approvers_secret_and_audit_log(cli: Cli):
     assert "Nothing changed" in again.stdout
     assert tree_digest(cli.data_dir) == before
 
-    cli.env["MA_RECORDS"] = "postgres"
+    cli.env.update(SHARED_RECORDS)
     for args, output in files.items():  # the same approvers and the same entries, in order
         assert cli.ok(*args).stdout == output, args
     assert "The audit log verifies" in cli.ok("audit", "verify").stdout
@@ -183,7 +184,7 @@ def test_migrate_errors_are_one_line(cli: Cli, tmp_path: Path):
 
 def test_migrate_refuses_a_session_secret_the_database_has_of_its_own(cli: Cli):
     files_secret = open_approvers(Settings.load(environ=cli.env, dotenv=None)).session_secret()
-    postgres = open_approvers(Settings.load(environ=cli.env | {"MA_RECORDS": "postgres"}, dotenv=None))
+    postgres = open_approvers(Settings.load(environ=cli.env | SHARED_RECORDS, dotenv=None))
     database_secret = postgres.session_secret()
     assert database_secret != files_secret
     result = cli.fails("records", "migrate", "--to", "postgres")

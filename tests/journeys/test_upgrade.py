@@ -197,14 +197,17 @@ def test_approve_publishes_one_report(upgraded: Upgraded) -> None:
     again = upgraded.cli.fails("approve", thread)
     assert "already published" in again.stderr and out["publication"]["key"] in again.stderr
     assert len(upgraded.cli.archive_files()) == 1
-    if upgraded.backend == "postgres":  # the decision brought the thread to this version's schema
-        with psycopg.connect(upgraded.store_url) as conn:
-            found = conn.execute(
-                "SELECT count(*) FROM checkpoints WHERE thread_id = %s "
-                "AND (checkpoint->'channel_values'->>'schema_version')::int = %s",
-                (thread, SCHEMA_VERSION),
-            ).fetchone()
-        assert found and found[0] >= 1
+    assert _saved_values(upgraded, thread)["schema_version"] == SCHEMA_VERSION  # brought to this schema
+
+
+def _saved_values(up: Upgraded, thread: str) -> dict[str, Any]:
+    """The thread's latest checkpoint's values, read (and opened) by this version's saver."""
+    from market_analyst.deps import open_checkpointer
+    from market_analyst.settings import Settings
+
+    with open_checkpointer(Settings.load(environ=up.cli.env, dotenv=None)) as backend:
+        saved = backend.saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+    return dict(saved.checkpoint["channel_values"])
 
 
 def test_reject_publishes_nothing(upgraded: Upgraded) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.settings import Settings
+from tests.support import SHARED_RECORDS
 
 RECORDS = ("files", "postgres")
 
@@ -21,7 +22,7 @@ def records_environ(backend: str, data_dir: Path, postgres_url: str) -> dict[str
     """The settings that put the records ports on `backend`."""
     environ = {"MA_DATA_DIR": str(data_dir)}
     if backend == "postgres":
-        environ |= {"POSTGRES_URL": postgres_url, "MA_RECORDS": "postgres"}
+        environ |= {"POSTGRES_URL": postgres_url, **SHARED_RECORDS}
     return environ
 
 
@@ -115,3 +116,43 @@ def open_probe_records(postgres_url: str, versions: int, data_dir: str) -> int:
     settings = Settings.load({"POSTGRES_URL": postgres_url, "MA_DATA_DIR": data_dir}, dotenv=None)
     with records_connection(postgres_server(settings), "probe", PROBE_MIGRATIONS[:versions]) as conn:
         return int(conn.execute("SELECT count(*) AS n FROM probe").fetchone()["n"])
+
+
+def make_data_keys(environ: dict[str, str], worker: str, shared: list[str], own: int) -> dict[str, str]:
+    """Ask for the data key of every shared thread and of `own` threads of this worker's (made under
+    owner `worker`), sealing and opening a value under each; the key ID each thread got."""
+    from market_analyst.deps import open_keyring
+    from market_analyst.persistence.checkpoints.sealing import Sealed, SealingSerializer
+
+    keyring = open_keyring(records_settings(environ))
+    keyring.owner_of = lambda thread: thread.split("/")[0]
+    serde = SealingSerializer(_plain_serde(), keyring)
+    got = {}
+    for thread in [*shared, *(f"{worker}/{n}" for n in range(own))]:
+        cipher = keyring.cipher_for(thread)
+        sealed = serde.dumps_typed(Sealed({"said": f"{worker} on {thread}"}, cipher))
+        assert serde.loads_typed(sealed) == {"said": f"{worker} on {thread}"}
+        got[thread] = cipher.key_id
+    return got
+
+
+def _plain_serde() -> Any:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    return JsonPlusSerializer()
+
+
+def open_sealed(environ: dict[str, str], sealed: list[tuple[str, bytes]]) -> list[str]:
+    """Open each sealed value in this process: its content, or the one line that refused it."""
+    from market_analyst.deps import open_keyring
+    from market_analyst.errors import UserError
+    from market_analyst.persistence.checkpoints.sealing import SealingSerializer
+
+    serde = SealingSerializer(_plain_serde(), open_keyring(records_settings(environ)))
+    opened = []
+    for value in sealed:
+        try:
+            opened.append(str(serde.loads_typed(value)))
+        except UserError as exc:
+            opened.append(f"refused: {exc}")
+    return opened

@@ -19,6 +19,7 @@ import httpx
 import psycopg
 import pytest
 
+from tests.support import SHARED_RECORDS
 from tests.support.backends import both_backends
 from tests.support.cli import Cli, unique_id
 from tests.support.web import FormClient, WebServer
@@ -30,7 +31,7 @@ def _records(cli: Cli, request: pytest.FixtureRequest) -> str:
     """Point the CLI at the PostgreSQL records database (the checkpointer's, on PostgreSQL); the URL
     of the records database."""
     url = cli.env.get("POSTGRES_URL") or request.getfixturevalue("postgres_url")
-    cli.env.update({"POSTGRES_URL": url, "MA_RECORDS": "postgres"})
+    cli.env.update({"POSTGRES_URL": url, **SHARED_RECORDS})
     cli.env["MA_LEASE_TTL_SECONDS"] = "2"  # on Redis, a killed replica's lease lasts this long
     return url
 

@@ -32,6 +32,7 @@ def test_the_replicas_profile_runs_two_inboxes_on_the_shared_servers():
         assert env["MA_RECORDS"] == "postgres" and env["MA_CHECKPOINTER"] == "postgres"
         assert re.fullmatch(r"postgresql://analyst:analyst@postgres:5432/market_analyst", env["POSTGRES_URL"])
         assert env["QDRANT_URL"] == "http://qdrant:6333"
+        assert env["MA_MASTER_KEY"].startswith("${MA_MASTER_KEY:?")  # from the environment, or none start
         assert set(service["depends_on"]) == {"postgres", "qdrant"}
         # A service name resolves only on a network both services are on (no `networks` is `default`).
         for server in service["depends_on"]:

@@ -136,11 +136,18 @@ class MasterKey:
             ) from None
 
 
-def load_master_key(configured: str | None, data_dir: Path) -> MasterKey:
+def load_master_key(configured: str | None, data_dir: Path, shared_by: str | None = None) -> MasterKey:
     """`MA_MASTER_KEY` when set, else the data directory's `master.key`, made (0600) if missing; two
-    processes making it at once agree on the first one written."""
+    processes making it at once agree on the first one written. When the data keys are `shared_by`
+    several hosts (a records database on a server), a key file of one host would lock the others out
+    of its threads: then `MA_MASTER_KEY` is required."""
     if configured:
         return MasterKey(_decode_master(configured, "MA_MASTER_KEY"), "MA_MASTER_KEY")
+    if shared_by is not None:
+        raise UserError(
+            f"the data keys live in {shared_by}, which every host shares, so the master key that wraps "
+            f"them must be the same on each: set MA_MASTER_KEY; {MAKE_ONE}"
+        )
     path = data_dir / MASTER_FILE
     if not path.exists():
         private_dir(data_dir, "MA_DATA_DIR")
