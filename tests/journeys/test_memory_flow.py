@@ -213,3 +213,42 @@ def test_only_a_memorys_text_grounds_a_number_not_its_id_date_or_thread():
     assert memory_facts(state) == ["memory: say more about the drawdown"]
     notes = [{"id": recalled["id"], "date": "2026-11-03", "thread": "7b1c", "text": "x 12"}]
     assert recalled_facts(json.dumps({"notes": notes})) == ["memory: x 12"]
+
+
+DAY = 86_400
+T0 = 1_700_000_000
+
+
+def test_a_pending_draft_quoting_a_pruned_memory_is_not_published_and_a_revise_drops_it(cli: Cli):
+    """A draft recalled a note that `prune --memories-older-than` then erased: `approve` refuses in one
+    line and writes nothing (no report, no decision); `revise` recalls again, without it, and that
+    draft publishes a report in which the note's words are nowhere."""
+    user = unique_id("pru")
+    words = f"foundry concentration at a single supplier worries me {unique_id('w')}"
+    at = {"SOURCE_DATE_EPOCH": str(T0)}
+    later = {"SOURCE_DATE_EPOCH": str(T0 + 400 * DAY)}
+    memory = str(
+        cli.ok("remember", "--user", user, "--ticker", "NVDA", words, "--json", extra_env=at).json()["id"]
+    )
+    thread = _thread(cli, "NVDA", user, "--question", "supplier risk?", extra_env=later)
+    assert any(words in line for line in _remembered(thread["draft"]))
+    thread_id = thread["thread_id"]
+    pruned = cli.ok("prune", "--memories-older-than", "365d", "--yes", "--json", extra_env=later).json()
+    assert pruned["memories"] == 1
+    before = cli.ok("status", thread_id, "--json", extra_env=later).json()
+
+    refused = cli.fails("approve", thread_id, "--user", "rev", extra_env=later)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert memory in refused.stderr and "since erased" in refused.stderr and "revise" in refused.stderr
+    assert cli.archive_files() == []
+    assert cli.ok("status", thread_id, "--json", extra_env=later).json() == before  # nothing written
+    assert cli.ok("audit", "list", "--thread", thread_id, "--json").json() == []
+
+    revised = cli.ok("revise", thread_id, "--user", "rev", "--feedback", "again", "--json", extra_env=later)
+    assert not any(words in line for line in _remembered(revised.json()["draft"]))
+    assert (
+        cli.ok("approve", thread_id, "--user", "rev", "--json", extra_env=later).json()["status"]
+        == "published"
+    )
+    [report] = cli.archive_files()
+    assert words not in report.read_text()

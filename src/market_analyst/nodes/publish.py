@@ -23,7 +23,7 @@ from market_analyst.context import Deps
 from market_analyst.decisions import DecisionRequest, approvals_text, content_hash, refusal
 from market_analyst.formatting import pct, price, signed_pct
 from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals
-from market_analyst.ports import AuditEvent, PublishRequest
+from market_analyst.ports import AuditEvent, MemoryStore, PublishRequest
 from market_analyst.state import AnalystState, Approval, Draft, Memory, memory_id, memory_text
 
 
@@ -61,6 +61,25 @@ def proven_approval(state: AnalystState, thread_id: str, deps: Deps) -> Approval
     )
 
 
+def erased_quotes(draft: dict[str, Any], owner: str | None, memory: MemoryStore) -> list[dict[str, Any]]:
+    """The memories the draft quotes that the store no longer holds (erased by `memories forget`,
+    `prune --memories-older-than` or `forget`): a draft that quotes one cannot be published. A draft
+    that quotes none asks the store nothing."""
+    quoted = [m for m in draft.get("memories") or [] if m.get("id")]
+    if not quoted or not owner:
+        return []
+    return [m for m in quoted if memory.get(owner, str(m["id"])) is None]
+
+
+def erased_refusal(thread_id: str, erased: list[dict[str, Any]]) -> str:
+    """Why a draft quoting erased memories is not published, and the way on, in one line."""
+    named = ", ".join(f"{m['id']} ({m.get('kind')}, {m.get('date')})" for m in erased)
+    return (
+        f"the draft of thread {thread_id} quotes {len(erased)} memory(ies) since erased ({named}), so it is "
+        f"not published: 'market-analyst revise {thread_id} --feedback ...' re-drafts without them"
+    )
+
+
 def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> Any:
     """Archives the draft the sealed approvals prove; a rejection publishes nothing, and so does a run
     that reached here without a proof (back to the gate where the state claims an approval).
@@ -83,6 +102,11 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
         # Sent here with no approval at all (a `Command(goto="publish")`): nothing is written and
         # this branch ends; where the gate waits beside it, it goes on waiting.
         return {}
+    if erased_quotes(state["draft"], state.get("user_id"), runtime.context.memory):
+        # Erased after the draft recalled it: its words must not reach the archive. Every door that
+        # decides through the workflow refuses before this in one line; any other is sent back to
+        # the gate, and nothing is written.
+        return Command(goto=GATE, update={"approval": None})
     operation_id = operation_id_for(thread_id, draft_id)
     request = PublishRequest(
         operation_id=operation_id,

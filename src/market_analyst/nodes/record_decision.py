@@ -115,7 +115,7 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
         deps.memory.write([remembered])
     update: dict[str, Any] = {"decision": None}
     if decision.action == "revise":
-        return Command(goto="analyze", update=update | _revision(state, decision))
+        return Command(goto="analyze", update=update | _revision(state, decision) | _still_held(state, deps))
     record = Approval(
         decision="approved" if decision.action == "approve" else "rejected",
         by=decision.by,
@@ -135,6 +135,17 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
         return Command(goto=GATE, update=update)
     final = record.model_copy(update={"approvers": approvers})
     return Command(goto="publish", update=update | {"approval": final.model_dump(mode="json")})
+
+
+def _still_held(state: AnalystState, deps: Deps) -> dict[str, Any]:
+    """The recalled memories less those erased since they were recalled: a revise re-drafts without
+    them (see `publish.erased_quotes`). Nothing is asked of the store when nothing was recalled."""
+    recalled = state.get("recalled") or []
+    owner = state.get("user_id")
+    if not recalled or not owner:
+        return {}
+    held = [m for m in recalled if deps.memory.get(owner, str(m["id"])) is not None]
+    return {"recalled": held} if len(held) != len(recalled) else {}
 
 
 def _revision(state: AnalystState, decision: Decision) -> dict[str, Any]:

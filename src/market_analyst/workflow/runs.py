@@ -20,6 +20,7 @@ from market_analyst.deps import build_deps, check_analyst
 from market_analyst.errors import RunStopped, StaleDraft, UserError
 from market_analyst.formatting import describe_age
 from market_analyst.graph import LEGACY_GATE
+from market_analyst.nodes.publish import erased_quotes, erased_refusal
 from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import MAX_QUESTION_CHARS, SCHEMA_VERSION, validate_thread_id
@@ -181,6 +182,10 @@ def decide(
         )
         if action == "approve" and not allow_stale:
             _refuse_stale(settings, before)
+        if action == "approve" and (
+            erased := erased_quotes(before.draft or {}, before.user_id, run.deps.memory)
+        ):
+            raise UserError(erased_refusal(thread_id, erased))
         # Sealed by this door: the gate takes who decided and when from the seal, so a `resume` after
         # a crash applies the same decision in the same name.
         sealed = run.deps.seal.for_doors().seal(thread_id, decision)
