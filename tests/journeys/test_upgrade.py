@@ -16,6 +16,7 @@ not depend on the day the suite runs.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -373,3 +374,82 @@ def test_records_encrypt_seals_old_threads_which_then_approve_revise_and_resume(
     assert upgraded.cli.ok("approve", upgraded.thread("crashed"), "--json").json()["status"] == "published"
     assert len(upgraded.cli.archive_files()) == 3
     assert _clear_values(upgraded) == 0  # and what the decisions wrote is sealed too
+
+
+def _clear_by_thread(backend: str, url: str) -> dict[str, int]:
+    """Per thread, how many values it holds in clear."""
+    if backend == "postgres":
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT thread_id, count(*) FROM ("
+                "SELECT thread_id FROM checkpoint_blobs WHERE position('+' in type) = 0 AND type <> 'empty' "
+                "UNION ALL SELECT thread_id FROM checkpoint_writes WHERE position('+' in type) = 0 "
+                "UNION ALL SELECT thread_id FROM checkpoints, "
+                "jsonb_each(checkpoint -> 'channel_values') AS v WHERE jsonb_typeof(v.value) <> 'null'"
+                ") AS clear GROUP BY thread_id"
+            ).fetchall()
+        return {str(thread): int(n) for thread, n in rows}
+    import redis
+
+    client = redis.Redis.from_url(url)
+    counts: dict[str, int] = {}
+    for key in client.scan_iter(match="checkpoint*", count=1000):
+        if client.type(key) != b"ReJSON-RL":
+            continue
+        doc = client.json().get(key)
+        thread = str(doc.get("thread_id"))
+        if key.startswith(b"checkpoint_write:"):
+            clear = int("+" not in str(doc.get("type")))
+        else:
+            values = (doc.get("checkpoint") or {}).get("channel_values") or {}
+            clear = sum(1 for v in values.values() if v is not None and not _redis_sealed(v))
+        if clear:
+            counts[thread] = counts.get(thread, 0) + clear
+    client.close()
+    return counts
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_records_encrypt_killed_anywhere_leaves_each_thread_old_or_new_and_finishes_when_run_again(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, harness: Harness
+) -> None:
+    """Ten SIGKILLs a backend (20 in all): before and after the first, second and third thread's
+    transaction, and at five moments of the command. After each, every thread holds all it held in
+    clear or none of it; a second run seals the rest, and the threads read as before."""
+    from tests.support.services import new_database
+
+    root = FIXTURES / FIXTURE_VERSIONS[0]
+    module = "postgres" if backend == "postgres" else "redis"
+    seal = f"market_analyst.persistence.checkpoints.{module}:{module.capitalize()}Backend.seal_thread"
+    points = [f"call:{when}:{seal}:{n}" for n in (1, 2, 3) for when in ("before", "after")]
+    points += [f"at:{seconds}" for seconds in (0.05, 0.3, 0.6, 0.9, 1.2)][: 10 - len(points)]
+    assert len(points) == 10
+    killed = 0
+    for run, point in enumerate(points):
+        env = clean_environ() | {"MA_DATA_DIR": str(tmp_path / f"data-{run}")}
+        if backend == "postgres":
+            url = new_database(request.getfixturevalue("postgres_server"))
+            load_postgres(url, root / "postgres")
+            env |= {"POSTGRES_URL": url}
+        else:
+            url = request.getfixturevalue("upgrade_redis")
+            load_redis(url, root / "redis")
+            # A killed command's lease outlives it until it expires: a short one, waited out below.
+            env |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": url, "MA_LEASE_TTL_SECONDS": "1"}
+        cli = Cli(env=env, cwd=tmp_path, harness=harness)
+        original = _clear_by_thread(backend, url)
+        before = {t: cli.ok("status", t, "--json").json() for t in original}
+        outcome = harness.run(["records", "encrypt"], env, kill_point=point)
+        killed += outcome.killed
+        after = _clear_by_thread(backend, url)
+        for thread, count in original.items():  # old or new, never half
+            assert after.get(thread, 0) in (0, count), (point, thread, after.get(thread), count)
+        for _ in range(5):
+            again = cli.run("records", "encrypt")
+            if "busy" not in again.stderr:
+                break
+            time.sleep(1.2)
+        assert again.returncode == 0, (point, again.stderr)
+        assert _clear_by_thread(backend, url) == {}, point
+        assert {t: cli.ok("status", t, "--json").json() for t in original} == before, point
+    assert killed >= 6  # the six at a thread's transaction always land; the timed ones may miss
