@@ -246,6 +246,7 @@ def test_forget_erases_one_user_everywhere_and_survives_a_kill(own_store: Cli):
     assert {p.name: p.read_bytes() for p in cli.archive_files()} == daves  # byte for byte
     again = cli.ok("forget", "--user", "carol", "--yes").stdout
     assert "threads (checkpointer): 0" in again and "profile: 0" in again  # idempotent
+    assert "data keys (every copy of their threads' checkpoints unreadable): 0" in again
 
 
 @both_backends

@@ -179,8 +179,9 @@ def forget(
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Erase one user everywhere: their threads, archived reports, profile, memories, lease keys, and
-    their personal content in the audit log (the entries and their chain stay)."""
+    """Erase one user everywhere: their threads and the data keys that sealed them, archived reports,
+    profile, memories, lease keys, and their personal content in the audit log (the entries and their
+    chain stay)."""
     from dataclasses import asdict
 
     from market_analyst.workflow.retention import forget_user
@@ -196,6 +197,7 @@ def forget(
         print(f"  threads (checkpointer): {len(result.threads)}")
         print(f"  reports (archive documents and index rows): {len(result.reports)}")
         print(f"  profile: {result.profile}")
+        print(f"  data keys (every copy of their threads' checkpoints unreadable): {result.data_keys}")
         print(f"  lease keys: {result.lease_keys}")
         print(f"  audit entries (personal content erased, chain kept): {result.audit_entries}")
         print(f"  memories: {result.memories}")
