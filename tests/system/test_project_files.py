@@ -251,11 +251,13 @@ def test_make_bench_runs_every_section():
     assert "a user with no memories loads no model: yes" in result.stdout
     assert "one replica" in result.stdout and "two replicas" in result.stdout
     assert "ratio: two replicas approve" in result.stdout
+    assert "encryption: 'analyze' to the gate and 'approve', 2 processes each" in result.stdout
+    assert "analyze  p50 sealed" in result.stdout and "approve  p50 sealed" in result.stdout
     # Every section ran, each once (a new one names itself here).
     headers = re.findall(r"^([a-z][a-z-]*): ", result.stdout, re.M)
     assert headers == [
         "profiles", "profile-open", "analyze-start", "archive", "archive-postgres",
-        "threads", "approvals", "memory", "replicas", "memory-analyze",
+        "threads", "approvals", "memory", "replicas", "memory-analyze", "encryption",
     ], headers  # fmt: skip
 
 

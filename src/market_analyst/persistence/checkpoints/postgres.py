@@ -188,7 +188,7 @@ def _sealed_saver_class() -> Any:
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-    from market_analyst.persistence.checkpoints.sealing import Sealed, sealed_writes, thread_of
+    from market_analyst.persistence.checkpoints.sealing import Sealed, thread_of
 
     class SealedPostgresSaver(PostgresSaver):
         keyring: Keyring | None = None
@@ -196,7 +196,7 @@ def _sealed_saver_class() -> Any:
         def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
             if self.keyring is None:
                 return super().put(config, checkpoint, metadata, new_versions)
-            cipher = self.keyring.cipher_for(thread_of(config))
+            cipher = self._cipher(config)
             values: dict[str, Any] = {}
             versions = dict(new_versions)
             for channel, value in checkpoint["channel_values"].items():
@@ -216,8 +216,17 @@ def _sealed_saver_class() -> Any:
 
         def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
             if self.keyring is not None:
-                writes = sealed_writes(self.keyring, config, writes)
+                cipher = self._cipher(config)
+                writes = [(channel, Sealed(value, cipher)) for channel, value in writes]
             super().put_writes(config, writes, task_id, task_path)
+
+        def _cipher(self, config: Any) -> Any:
+            """The thread's cipher. Making its key the first time asks the thread index on this
+            saver's connection, which (with async durability) a background thread may be writing
+            through at that moment: so under the saver's own lock, as its writes are."""
+            assert self.keyring is not None
+            with self.lock:
+                return self.keyring.cipher_for(thread_of(config))
 
     return SealedPostgresSaver
 
