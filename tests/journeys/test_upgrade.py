@@ -320,31 +320,7 @@ def test_every_fixture_names_its_version_and_commit() -> None:
 
 def _clear_values(up: Upgraded) -> int:
     """How many values the store holds without a cipher name: written before checkpoint encryption."""
-    if up.backend == "postgres":
-        with psycopg.connect(up.store_url) as conn:
-            row = conn.execute(
-                "SELECT (SELECT count(*) FROM checkpoint_blobs WHERE position('+' in type) = 0 "
-                "AND type <> 'empty') + (SELECT count(*) FROM checkpoint_writes "
-                "WHERE position('+' in type) = 0) "
-                "+ (SELECT count(*) FROM checkpoints, jsonb_each(checkpoint -> 'channel_values') AS v "
-                "WHERE jsonb_typeof(v.value) <> 'null')"
-            ).fetchone()
-        return int(row[0]) if row else 0
-    import redis
-
-    client = redis.Redis.from_url(up.store_url)
-    clear = 0
-    for key in client.scan_iter(match="checkpoint*", count=1000):
-        if client.type(key) != b"ReJSON-RL":
-            continue
-        doc = client.json().get(key)
-        if key.startswith(b"checkpoint_write:"):
-            clear += "+" not in str(doc.get("type"))
-        elif key.startswith(b"checkpoint:"):
-            values = (doc.get("checkpoint") or {}).get("channel_values") or {}
-            clear += sum(1 for v in values.values() if v is not None and not _redis_sealed(v))
-    client.close()
-    return clear
+    return sum(_clear_by_thread(up.backend, up.store_url).values())
 
 
 def _redis_sealed(value: Any) -> bool:
