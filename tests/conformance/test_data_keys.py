@@ -25,6 +25,7 @@ from tests.support.port_writers import (
     open_sealed,
     records_environ,
     records_settings,
+    rekey_data_keys,
 )
 
 WRITERS = 6
@@ -64,6 +65,42 @@ def test_processes_asking_at_once_agree_on_one_key_a_thread_and_lose_none(
     # A value sealed in one process opens in another.
     value = _sealed(environ, SHARED[0], {"note": "kept"})
     assert open_sealed(environ, [value]) == [str({"note": "kept"})]
+
+
+def test_a_thread_re_keyed_opens_under_both_keys_until_the_new_one_is_promoted_then_only_under_it(
+    environ: dict[str, str],
+):
+    old = _sealed(environ, "bob/1", "before")
+    keyring = open_keyring(records_settings(environ))
+    staged = keyring.stage("bob/1")
+    assert keyring.stage("bob/1").key_id == staged.key_id  # a re-keying killed before it promoted
+    assert open_keyring(records_settings(environ)).cipher_for("bob/1").key_id == staged.key_id
+    new = _sealed(environ, "bob/1", "after")  # a run writing meanwhile writes under the staged key
+    assert new[0].endswith(staged.key_id) and open_sealed(environ, [old, new]) == ["before", "after"]
+    assert keyring.promote("bob/1") and not keyring.promote("bob/1")
+    refused, kept = open_sealed(environ, [old, new])
+    assert refused.startswith("refused: ") and "erased" in refused and kept == "after"
+    assert [key.key_id for key in keyring.store.keys()] == [staged.key_id]
+    keyring.stage("bob/1")
+    assert keyring.forget_thread("bob/1") == 2  # the key and a staged one both go
+    assert keyring.store.keys() == []
+
+
+def test_processes_re_keying_at_once_leave_one_key_a_thread_and_nothing_staged(
+    environ: dict[str, str], harness: Harness
+):
+    before = [_sealed(environ, thread, "old") for thread in SHARED]
+    got = harness.call_together(rekey_data_keys, [(environ, SHARED) for _ in range(WRITERS)])
+    assert all(len(answer) == len(SHARED) for answer in got)
+    assert all(any(answer[n] for answer in got) for n in range(len(SHARED)))  # each was promoted
+    stored = open_keyring(records_settings(environ)).store.keys()
+    assert sorted(key.thread_id for key in stored) == sorted(SHARED)  # one key a thread, none staged
+    assert all(line.startswith("refused: ") for line in open_sealed(environ, before))
+    after = [_sealed(environ, thread, "new") for thread in SHARED]
+    assert open_sealed(environ, after) == ["new"] * len(SHARED)
+    if "POSTGRES_URL" not in environ:
+        names = [path.name for path in (Path(environ["MA_DATA_DIR"]) / "keys").iterdir()]
+        assert len(names) == len(SHARED) and not [n for n in names if n.startswith(".") or ".next" in n]
 
 
 def test_erasing_an_owner_takes_their_keys_only_and_their_values_stop_opening(environ: dict[str, str]):

@@ -156,3 +156,17 @@ def open_sealed(environ: dict[str, str], sealed: list[tuple[str, bytes]]) -> lis
         except UserError as exc:
             opened.append(f"refused: {exc}")
     return opened
+
+
+def rekey_data_keys(environ: dict[str, str], shared: list[str]) -> list[bool]:
+    """Stage a new key for every shared thread and promote it, as a re-keying does (without the
+    thread's lease, which would keep the others out): whether each promotion found its key staged."""
+    from market_analyst.deps import open_keyring
+
+    keyring = open_keyring(records_settings(environ))
+    keyring.owner_of = lambda thread: thread.split("/")[0]
+    promoted = []
+    for thread in shared:
+        keyring.stage(thread)
+        promoted.append(keyring.promote(thread))
+    return promoted

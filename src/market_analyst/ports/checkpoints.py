@@ -3,6 +3,7 @@ threads beside it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -104,6 +105,17 @@ class CheckpointBackend(Protocol):
     def seal_thread(self, thread_id: str) -> int:
         """Re-write what the thread holds in clear under its data key, at once (a kill leaves it old
         or new); how many values were sealed. Call it holding the thread's lease."""
+        ...
+
+    def rekey_thread(self, thread_id: str, change: Callable[[Any], Any]) -> int:
+        """Re-write every value of the thread through `change` (a value it leaves alone comes back as
+        it was) under a new data key, at once, then erase the old key, so every older copy is
+        unreadable; how many values changed. Call it holding the thread's lease."""
+        ...
+
+    def rekey_interrupted(self, thread_id: str) -> bool:
+        """Whether a re-keying of the thread was killed before its new key was promoted (the next
+        `rekey_thread` finishes it)."""
         ...
 
     def erase_thread(self, thread_id: str) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from market_analyst.errors import ThreadBusy
+from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.persistence.checkpoints.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
-from market_analyst.persistence.keys.base import Keyring
+from market_analyst.persistence.keys.base import Keyring, ThreadCipher
 from market_analyst.persistence.postgres.connect import postgres_connect, setup_lock
 from market_analyst.redaction import redact_url
 
@@ -69,6 +69,8 @@ class PostgresBackend:
                 row = cur.fetchone()
             if not row or not row["locked"]:
                 raise ThreadBusy(thread_id)
+            if self.keyring is not None:
+                self.keyring.refresh(thread_id)  # another process may have re-keyed the thread
             try:
                 yield
             finally:
@@ -92,22 +94,53 @@ class PostgresBackend:
         """Re-write what the thread holds in clear (written before sealing) under its data key, in
         one transaction: a kill leaves it all old or all new, and a second run finds nothing to do.
         Returns how many values were sealed. Call it holding the thread's lease."""
-        from market_analyst.persistence.checkpoints.sealing import Sealed
-
         if self.keyring is None:
             return 0
+        keyring = self.keyring
+        return self._rewrite(thread_id, lambda: keyring.cipher_for(thread_id), everything=False)[0]
+
+    def rekey_thread(self, thread_id: str, change: Callable[[Any], Any]) -> int:
+        """Re-write every value of the thread through `change` (which returns a value it leaves alone
+        as it was) under a new data key, in one transaction, then erase the old key: every copy the
+        old key sealed, in the WAL, a backup or a replica, is unreadable from then on. A kill before
+        the key is promoted leaves the staged key to the next run (see `Keyring.stage`). Returns how
+        many values `change` changed. Call it holding the thread's lease."""
+        if self.keyring is None:
+            raise UserError("re-keying a thread needs sealed checkpoints")
+        cipher = self.keyring.stage(thread_id)
+        changed = self._rewrite(thread_id, lambda: cipher, everything=True, change=change)[1]
+        self.keyring.promote(thread_id)
+        return changed
+
+    def rekey_interrupted(self, thread_id: str) -> bool:
+        return self.keyring is not None and self.keyring.staged(thread_id)
+
+    def _rewrite(
+        self,
+        thread_id: str,
+        cipher_of: Callable[[], ThreadCipher],
+        *,
+        everything: bool,
+        change: Callable[[Any], Any] = lambda value: value,
+    ) -> tuple[int, int]:
+        """Seal the thread's values (with `everything`, sealed ones too, else those in clear) under
+        `cipher_of()`, each passed through `change`, in one transaction: (values written, values
+        `change` changed)."""
+        from market_analyst.persistence.checkpoints.sealing import Sealed
+
         serde, conn = self.saver.serde, self.saver.conn
-        sealed = 0
+        clear_only = "" if everything else "AND position('+' in type) = 0 "
+        written = changed = 0
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(
                 "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
-                "WHERE thread_id = %s AND position('+' in type) = 0 AND type <> 'empty' FOR UPDATE",
+                f"WHERE thread_id = %s {clear_only}AND type <> 'empty' AND blob IS NOT NULL FOR UPDATE",
                 (thread_id,),
             )
             blobs = cur.fetchall()
             cur.execute(
                 "SELECT checkpoint_ns, checkpoint_id, task_id, idx, type, blob FROM checkpoint_writes "
-                "WHERE thread_id = %s AND position('+' in type) = 0 FOR UPDATE",
+                f"WHERE thread_id = %s {clear_only}AND blob IS NOT NULL FOR UPDATE",
                 (thread_id,),
             )
             writes = cur.fetchall()
@@ -119,22 +152,22 @@ class PostgresBackend:
             )
             inline = cur.fetchall()
             if not (blobs or writes or inline):
-                return 0
-            cipher = self.keyring.cipher_for(thread_id)
+                return 0, 0
+            cipher = cipher_of()
 
-            def seal(kind: str, blob: bytes) -> tuple[str, bytes]:
-                return serde.dumps_typed(Sealed(serde.loads_typed((kind, bytes(blob))), cipher))
+            def seal(value: Any) -> tuple[str, bytes]:
+                nonlocal written, changed
+                new = change(value)
+                written, changed = written + 1, changed + (new is not value)
+                return serde.dumps_typed(Sealed(new, cipher))
 
             for row in blobs:
                 cur.execute(
                     "UPDATE checkpoint_blobs SET type = %s, blob = %s WHERE thread_id = %s AND "
                     "checkpoint_ns = %s AND channel = %s AND version = %s",
                     (
-                        *seal(row["type"], row["blob"]),
-                        thread_id,
-                        row["checkpoint_ns"],
-                        row["channel"],
-                        row["version"],
+                        *seal(serde.loads_typed((row["type"], bytes(row["blob"])))),
+                        *(thread_id, row["checkpoint_ns"], row["channel"], row["version"]),
                     ),
                 )
             for row in writes:
@@ -142,7 +175,7 @@ class PostgresBackend:
                     "UPDATE checkpoint_writes SET type = %s, blob = %s WHERE thread_id = %s AND "
                     "checkpoint_ns = %s AND checkpoint_id = %s AND task_id = %s AND idx = %s",
                     (
-                        *seal(row["type"], row["blob"]),
+                        *seal(serde.loads_typed((row["type"], bytes(row["blob"])))),
                         *(thread_id, row["checkpoint_ns"], row["checkpoint_id"], row["task_id"], row["idx"]),
                     ),
                 )
@@ -158,20 +191,18 @@ class PostgresBackend:
                         kept[channel] = value
                         continue
                     # Upstream's own place for a value that is not inline: a blob at its version.
-                    kind, blob = serde.dumps_typed(Sealed(value, cipher))
                     cur.execute(
                         "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, "
                         "blob) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (thread_id, checkpoint_ns, "
                         "channel, version) DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob",
-                        (thread_id, row["checkpoint_ns"], channel, str(versions[channel]), kind, blob),
+                        (thread_id, row["checkpoint_ns"], channel, str(versions[channel]), *seal(value)),
                     )
-                    sealed += 1
                 cur.execute(
                     "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{channel_values}', %s) "
                     "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                     (Jsonb(kept), thread_id, row["checkpoint_ns"], row["checkpoint_id"]),
                 )
-        return sealed + len(blobs) + len(writes)
+        return written, changed
 
     def thread_ids(self) -> list[str]:
         """Every thread with at least one checkpoint."""

@@ -57,9 +57,15 @@ class KeyStore(Protocol):
         written, or erased)."""
         ...
 
-    def add(self, key: WrappedKey) -> WrappedKey:
+    def add(self, key: WrappedKey, *, staged: bool = False) -> WrappedKey:
         """Record `key` as its thread's key unless the thread has one; return the thread's key (the
-        one another process recorded first, if it did)."""
+        one another process recorded first, if it did). With `staged`, the same for the thread's
+        next key, which `promote` makes its key."""
+        ...
+
+    def promote(self, thread_id: str) -> bool:
+        """Make the thread's staged key its key, erasing the one it replaces, in one step; False
+        when none was staged."""
         ...
 
     def keys(self) -> list[WrappedKey]:
@@ -67,7 +73,7 @@ class KeyStore(Protocol):
         ...
 
     def erase_thread(self, thread_id: str) -> int:
-        """Erase the thread's key; how many went (0 or 1)."""
+        """Erase the thread's keys (its key and a staged one); how many went."""
         ...
 
     def erase_owner(self, owner: str) -> int:
@@ -87,6 +93,11 @@ def new_key_id(thread_id: str) -> str:
 
 def digest_of(key_id: str) -> str:
     return key_id.split(".", 1)[0]
+
+
+def staged_digest(digest: str) -> str:
+    """Where a thread's next key is recorded until it is promoted (see `Keyring.stage`)."""
+    return f"{digest}.next"
 
 
 def _decode_master(text: str, where: str) -> bytes:
@@ -242,22 +253,50 @@ class Keyring:
         return cipher
 
     def cipher_for(self, thread_id: str) -> ThreadCipher:
-        """The cipher that seals the thread's values: its key, made and recorded on first use."""
+        """The cipher that seals the thread's values: its staged key while one waits to be promoted
+        (so nothing is written under a key about to go), else its key, made on first use."""
         with self._lock:
             known = self._by_thread.get(thread_id)
         if known is not None:
             return known
-        stored = self.store.by_digest(thread_digest(thread_id))
+        digest = thread_digest(thread_id)
+        stored = self.store.by_digest(staged_digest(digest)) or self.store.by_digest(digest)
         if stored is None:
-            master = self._master_key()
-            key_id = new_key_id(thread_id)
-            owner = (self.owner_of(thread_id) if self.owner_of is not None else None) or ""
-            made = self._now() if self._now is not None else ""
-            data_key = os.urandom(KEY_BYTES)
-            stored = self.store.add(
-                WrappedKey(key_id, thread_id, owner, master.fingerprint, master.wrap(key_id, data_key), made)
-            )
+            stored = self.store.add(self._new_key(thread_id))
         return self._cipher(stored)
+
+    def _new_key(self, thread_id: str) -> WrappedKey:
+        master = self._master_key()
+        key_id = new_key_id(thread_id)
+        owner = (self.owner_of(thread_id) if self.owner_of is not None else None) or ""
+        made = self._now() if self._now is not None else ""
+        data_key = os.urandom(KEY_BYTES)
+        return WrappedKey(key_id, thread_id, owner, master.fingerprint, master.wrap(key_id, data_key), made)
+
+    def stage(self, thread_id: str) -> ThreadCipher:
+        """A new key for the thread, recorded beside its key (or the one an interrupted re-keying
+        staged): write every value under it, then `promote` it, and the old key, with every copy
+        it sealed, is gone. Until then both open the thread's values."""
+        stored = self.store.by_digest(staged_digest(thread_digest(thread_id)))
+        if stored is None:
+            stored = self.store.add(self._new_key(thread_id), staged=True)
+        return self._cipher(stored)
+
+    def staged(self, thread_id: str) -> bool:
+        """Whether a re-keying of the thread staged a key it has not promoted (it was killed)."""
+        return self.store.by_digest(staged_digest(thread_digest(thread_id))) is not None
+
+    def promote(self, thread_id: str) -> bool:
+        """Make the thread's staged key its key; the key it replaces is erased."""
+        promoted = self.store.promote(thread_id)
+        self.refresh(thread_id)
+        return promoted
+
+    def refresh(self, thread_id: str) -> None:
+        """Read the thread's key from the store again on its next write: taken with the thread's
+        lease, so a long-running process never writes under a key another one replaced."""
+        with self._lock:
+            self._by_thread.pop(thread_id, None)
 
     def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
         raise TypeError("the keyring opens values; seal with cipher_for(thread_id)")
@@ -273,17 +312,25 @@ class Keyring:
         return cipher.decrypt(ciphername, ciphertext)
 
     def _load(self, key_id: str) -> ThreadCipher:
-        stored = self.store.by_digest(digest_of(key_id))
-        if stored is None or stored.key_id != key_id:  # erased (and perhaps made again since)
-            raise KeyErased(key_id, self.store.location)
-        return self._cipher(stored)
+        digest = digest_of(key_id)
+        for stored in (self.store.by_digest(digest), self.store.by_digest(staged_digest(digest))):
+            if stored is not None and stored.key_id == key_id:
+                return self._opener(stored)
+        raise KeyErased(key_id, self.store.location)  # erased (and perhaps made again since)
+
+    def _opener(self, key: WrappedKey) -> ThreadCipher:
+        cipher = ThreadCipher(key.key_id, self._master_key().unwrap(key, self.store.location))
+        with self._lock:
+            self._by_id[key.key_id] = cipher
+        return cipher
 
     def forget_thread(self, thread_id: str) -> int:
         """Erase the thread's key here and in the store; how many went."""
+        digest = thread_digest(thread_id)
         with self._lock:
-            cipher = self._by_thread.pop(thread_id, None)
-            if cipher is not None:
-                self._by_id.pop(cipher.key_id, None)
+            self._by_thread.pop(thread_id, None)
+            for key_id in [k for k in self._by_id if digest_of(k) == digest]:
+                del self._by_id[key_id]
         return self.store.erase_thread(thread_id)
 
     def forget_owner(self, owner: str) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 from market_analyst.errors import UserError
 from market_analyst.files import fsync_dir, private_dir, write_new_private
-from market_analyst.persistence.keys.base import WrappedKey, thread_digest
+from market_analyst.persistence.keys.base import WrappedKey, staged_digest, thread_digest
 
 
 class FileKeyStore:
@@ -41,9 +41,10 @@ class FileKeyStore:
     def by_digest(self, digest: str) -> WrappedKey | None:
         return self._read(self._path(digest))
 
-    def add(self, key: WrappedKey) -> WrappedKey:
+    def add(self, key: WrappedKey, *, staged: bool = False) -> WrappedKey:
         private_dir(self.root, "the data key store")
-        path = self._path(thread_digest(key.thread_id))
+        digest = thread_digest(key.thread_id)
+        path = self._path(staged_digest(digest) if staged else digest)
         record = asdict(key) | {"wrapped": base64.b64encode(key.wrapped).decode()}
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         write_new_private(tmp, json.dumps(record, sort_keys=True).encode())
@@ -55,6 +56,8 @@ class FileKeyStore:
             tmp.unlink(missing_ok=True)
         fsync_dir(self.root)
         found = self._read(path)
+        if found is None and staged:  # promoted meanwhile by another process: that key is the one
+            found = self._read(self._path(digest))
         if found is None:  # erased between the link and the read: that erasure wins
             raise UserError(f"thread {key.thread_id} was erased while it was being written")
         return found
@@ -77,9 +80,22 @@ class FileKeyStore:
             fsync_dir(self.root)
         return gone
 
+    def promote(self, thread_id: str) -> bool:
+        digest = thread_digest(thread_id)
+        try:
+            os.replace(self._path(staged_digest(digest)), self._path(digest))  # one step: old or new
+        except FileNotFoundError:
+            return False
+        fsync_dir(self.root)
+        return True
+
+    def _both(self, thread_id: str) -> list[Path]:
+        digest = thread_digest(thread_id)
+        return [self._path(digest), self._path(staged_digest(digest))]
+
     def erase_thread(self, thread_id: str) -> int:
-        path = self._path(thread_digest(thread_id))
-        return self._unlink([path] if path.exists() else [])
+        return self._unlink([path for path in self._both(thread_id) if path.exists()])
 
     def erase_owner(self, owner: str) -> int:
-        return self._unlink([self._path(thread_digest(k.thread_id)) for k in self.keys() if k.owner == owner])
+        owned = {k.thread_id for k in self.keys() if k.owner == owner}
+        return self._unlink([path for thread_id in sorted(owned) for path in self._both(thread_id)])

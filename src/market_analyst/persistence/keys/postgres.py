@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.keys.base import WrappedKey, thread_digest
+from market_analyst.persistence.keys.base import WrappedKey, staged_digest, thread_digest
 from market_analyst.persistence.postgres.records import RecordsTables
 from market_analyst.persistence.postgres.server import PostgresServer
 
@@ -48,16 +48,20 @@ class PostgresKeyStore:
             row = cur.fetchone()
         return _key(row) if row else None
 
-    def add(self, key: WrappedKey) -> WrappedKey:
-        digest = thread_digest(key.thread_id)
+    def add(self, key: WrappedKey, *, staged: bool = False) -> WrappedKey:
+        current = thread_digest(key.thread_id)
+        digest = staged_digest(current) if staged else current
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(
                 f"INSERT INTO {TABLE} (digest, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (digest) DO NOTHING",
+                "ON CONFLICT DO NOTHING",
                 (digest, key.key_id, key.thread_id, key.owner, key.master, key.wrapped, key.created_at),
             )
             cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE digest = %s", (digest,))
             row = cur.fetchone()
+            if row is None and staged:  # promoted meanwhile by another process: that key is the one
+                cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE digest = %s", (current,))
+                row = cur.fetchone()
         if row is None:
             raise UserError(f"thread {key.thread_id} was erased while it was being written")
         return _key(row)
@@ -67,9 +71,20 @@ class PostgresKeyStore:
             cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} ORDER BY digest")
             return [_key(row) for row in cur.fetchall()]
 
+    def promote(self, thread_id: str) -> bool:
+        digest = thread_digest(thread_id)
+        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute(f"SELECT 1 FROM {TABLE} WHERE digest = %s FOR UPDATE", (staged_digest(digest),))
+            if cur.fetchone() is None:
+                return False
+            cur.execute(f"DELETE FROM {TABLE} WHERE digest = %s", (digest,))
+            cur.execute(f"UPDATE {TABLE} SET digest = %s WHERE digest = %s", (digest, staged_digest(digest)))
+            return True
+
     def erase_thread(self, thread_id: str) -> int:
+        digest = thread_digest(thread_id)
         with self.tables.connect() as conn, conn.cursor() as cur:
-            cur.execute(f"DELETE FROM {TABLE} WHERE digest = %s", (thread_digest(thread_id),))
+            cur.execute(f"DELETE FROM {TABLE} WHERE digest IN (%s, %s)", (digest, staged_digest(digest)))
             return int(cur.rowcount)
 
     def erase_owner(self, owner: str) -> int:
