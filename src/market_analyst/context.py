@@ -7,7 +7,8 @@ the ports (`market_analyst.ports`) it holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import builtins
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -72,6 +73,12 @@ class _NoMemory:
         return 0
 
     def prune(self, older_than: datetime) -> int:
+        return 0
+
+    def holding(self, test: Callable[[Memory], bool]) -> builtins.list[Memory]:
+        return []
+
+    def erase(self, ids: Collection[str]) -> int:
         return 0
 
 

@@ -294,11 +294,13 @@ def _calls(tree: ast.AST) -> Iterator[ast.Call]:
 
 
 def test_the_project_never_asks_a_saver_for_before_filter_or_prune():
-    """LangGraph lists checkpoints only for `get_state_history`; the project calls it with a limit at
-    most, and calls no saver's `list` or `prune` itself: `before`, custom `filter` keys and `prune`
-    never reach a saver."""
+    """LangGraph lists checkpoints for `get_state_history`, which the project calls with a limit at
+    most; the project's own `list` (what `forget --including-said-by` reads of a thread) passes the
+    thread's config alone, and it calls no saver's `prune`: `before`, custom `filter` keys and
+    `prune` never reach a saver."""
     history_keywords: set[str | None] = set()
     saver_methods: set[str] = set()
+    list_calls: list[tuple[int, set[str | None]]] = []
     for path in sorted((REPO / "src" / "market_analyst").rglob("*.py")):
         for call in _calls(ast.parse(path.read_text(), str(path))):
             attribute = call.func
@@ -310,8 +312,11 @@ def test_the_project_never_asks_a_saver_for_before_filter_or_prune():
                 receiver, "attr", getattr(receiver, "id", None)
             ) in ("saver", "checkpointer"):
                 saver_methods.add(attribute.attr)
+                if attribute.attr == "list":
+                    list_calls.append((len(call.args), {keyword.arg for keyword in call.keywords}))
     assert history_keywords == {"limit"}
+    assert list_calls == [(1, set())], list_calls  # a thread's config: every checkpoint, root namespace
     # `records encrypt` on Redis decodes stored values with the saver's own helpers, so they come back
     # as a read brings them back (`RedisBackend.seal_thread`).
     redis_decoding = {"_decode_blob", "_deserialize_channel_values"}
-    assert saver_methods == {"setup", "get_tuple", "delete_thread", *redis_decoding}, saver_methods
+    assert saver_methods == {"setup", "get_tuple", "list", "delete_thread", *redis_decoding}, saver_methods

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.backends import both_backends
 from tests.support.cli import Cli, unique_id
+from tests.support.port_writers import open_sealed
+from tests.support.sealed import sealed_copies
 from tests.support.services import RedisServer
 
 T0 = 1739577600  # 2025-02-15T00:00:00Z
@@ -455,3 +457,51 @@ def test_forget_killed_anywhere_ten_times_is_finished_by_running_it_again(cli: C
     assert killed >= 7, killed  # the seven at a call always land; a timed one may come after the end
     assert cli.ok("status", bob, "--json").json() == bob_before
     assert bob in {key.thread_id for key in keyring.store.keys()}
+
+
+# Where `forget --including-said-by` is killed: inside a thread's re-keying (staged, written, promoted),
+# before the memories and the report go, between the audit record and the report's write, and at times.
+SAID_BY_KILLS = [
+    "call:after:market_analyst.persistence.keys.base:Keyring.stage:1",
+    "call:before:market_analyst.persistence.keys.base:Keyring.promote:1",
+    "call:after:market_analyst.persistence.keys.base:Keyring.promote:1",
+    "call:before:market_analyst.persistence.memory.base:BaseMemoryStore.erase:1",
+    "call:after:market_analyst.persistence.audit.files:AuditLog.append:1",
+    "at:0.3",
+    "at:0.7",
+    "at:1.1",
+    "at:1.6",
+]
+
+
+def test_forget_including_said_by_killed_anywhere_is_finished_by_running_it_again(cli: Cli):
+    """A reviewer's words on bob's thread, taken out by a `forget --including-said-by` killed at one of
+    `SAID_BY_KILLS`: after the kill bob's thread still reads (old or new key) and the audit log
+    verifies; after a second run her words are nowhere in his thread, memories or report, the report
+    keeps its key with one audit record of its hashes, and bob's thread is still decided on."""
+    killed = 0
+    for n, point in enumerate(SAID_BY_KILLS):
+        reviewer, words = unique_id(f"rev{n}"), f"reviewer-words-{unique_id('w')}"
+        thread = cli.ok("analyze", "NVDA", "--user", "bob", "--json").json()["thread_id"]
+        cli.ok("revise", thread, "--user", reviewer, "--feedback", words)
+        cli.ok("approve", thread, "--user", reviewer, "--note", f"{words} approved")
+        key = cli.ok("status", thread, "--json").json()["publication"]["key"]
+        before = sealed_copies(cli.env, [thread])
+        outcome = cli.harness.run(
+            ["forget", "--user", reviewer, "--including-said-by", "--yes"], cli.env, kill_point=point
+        )
+        killed += outcome.killed
+        assert cli.ok("status", thread, "--json").json()["status"] == "published", point
+        cli.ok("audit", "verify")
+        cli.ok("forget", "--user", reviewer, "--including-said-by", "--yes")
+        assert words not in cli.ok("status", thread, "--json").stdout, point
+        assert words not in cli.ok("history", thread, "--json").stdout, point
+        assert words not in cli.ok("reports", "show", key, "--json").stdout, point
+        assert words not in cli.ok("memories", "list", "--user", "bob", "--json").stdout, point
+        records = [e for e in cli.ok("audit", "list", "--json").json() if e["action"] == "redacted"]
+        assert len([e for e in records if e["archive_key"] == key]) == 1, point
+        cli.ok("audit", "verify")
+        # The re-keying finished: one key, none staged, and what the old key sealed no longer opens.
+        assert [p.name for p in (cli.data_dir / "keys").glob("*.next.json")] == [], point
+        assert before and all(line.startswith("refused: ") for line in open_sealed(cli.env, before)), point
+    assert killed >= 5, killed

@@ -24,6 +24,7 @@ import pytest
 from market_analyst.errors import SealedValueUnreadable
 from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
 from tests.support.cli import Cli, clean_environ
+from tests.support.sealed import sealed_copies
 from tests.support.services import RedisServer
 
 
@@ -95,29 +96,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, harness: Any) -> Itera
 
 
 def _sealed_copies(cli: Cli, thread_ids: list[str]) -> list[tuple[str, bytes]]:
-    """The thread's pending writes as the saver stored them: (type with cipher name, ciphertext)."""
-    from market_analyst.deps import open_checkpointer
-    from market_analyst.settings import Settings
-
-    settings = Settings.load(environ=cli.env, dotenv=None)
-    copies: list[tuple[str, bytes]] = []
-    with open_checkpointer(settings) as backend:
-        if settings.checkpointer == "postgres":
-            with backend.saver.conn.cursor() as cur:
-                cur.execute(
-                    "SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%s) "
-                    "UNION ALL SELECT type, blob FROM checkpoint_blobs WHERE thread_id = ANY(%s)",
-                    (thread_ids, thread_ids),
-                )
-                copies = [(row["type"], bytes(row["blob"])) for row in cur.fetchall() if row["blob"]]
-        else:
-            import base64
-
-            for key in backend.client.scan_iter("checkpoint_write:*", count=1000):
-                doc = backend.client.json().get(key)
-                if any(t in key.decode() for t in thread_ids):
-                    copies.append((doc["type"], base64.b64decode(doc["blob"])))
-    return copies
+    return sealed_copies(cli.env, thread_ids)
 
 
 def _open(cli: Cli, copies: list[tuple[str, bytes]]) -> list[Any]:
@@ -204,3 +183,110 @@ def test_prune_leaves_the_pruned_threads_copies_sealed_under_an_erased_key(store
     assert all(isinstance(value, SealedValueUnreadable) for value in opened)
     assert cli.ok("status", kept, "--json").json()["status"] == "awaiting_approval"
     assert not any(isinstance(v, Exception) for v in _open(cli, _sealed_copies(cli, [kept])))
+
+
+def test_forget_including_said_by_takes_her_words_out_of_other_users_records(store: tuple[Cli, list[Path]]):
+    """ann reviewed bob's thread: her feedback and her approval note are in his thread (its later
+    draft, its model turns), in his memories (and so in a draft that recalled them), and in his
+    archived report. `forget` counts them and leaves them; with `--including-said-by` they are gone
+    from every byte, his thread's older copies no longer decrypt, and the rest of his is unchanged."""
+    cli, roots = store
+    feedback, note, own = _marker("annfeedback"), _marker("annnote"), _marker("bobownnote")
+    untouched = cli.ok("analyze", "MSFT", "--user", "bob", "--json").json()["thread_id"]
+    cli.ok("approve", untouched, "--user", "rev", "--note", own)
+    untouched_before = cli.ok("history", untouched, "--json").json()
+    reviewed = cli.ok("analyze", "NVDA", "--user", "bob", "--json").json()["thread_id"]
+    cli.ok("revise", reviewed, "--user", "ann", "--feedback", f"Say more about {feedback} please")
+    cli.ok("approve", reviewed, "--user", "ann", "--note", note)
+    recalled = cli.ok("analyze", "NVDA", "--user", "bob", "--json").json()["thread_id"]  # recalls both
+    assert set(_found([feedback, note], *roots)) == {feedback, note}  # the memories and the report
+    copies = _sealed_copies(cli, [reviewed, recalled])
+    assert not any(isinstance(value, Exception) for value in _open(cli, copies))
+
+    left = cli.ok("forget", "--user", "ann", "--yes")
+    assert "their words in other users' records (left as they are): 2 thread(s)" in left.stdout
+    assert "--including-said-by" in left.stdout
+    assert set(_found([feedback, note], *roots)) == {feedback, note}  # nothing of bob's was changed
+
+    done = cli.ok("forget", "--user", "ann", "--including-said-by", "--yes", "--json").json()
+    said = done["said_by"]
+    assert done["said_by_redacted"] and sorted(said["threads"]) == sorted([reviewed, recalled])
+    assert said["memories"] == 2 and len(said["reports"]) == 1
+
+    assert _found([feedback, note], *roots) == {}
+    opened = _open(cli, copies)  # his threads were re-keyed: the copies sealed before are noise now
+    assert opened and all(isinstance(value, SealedValueUnreadable) for value in opened)
+    report = cli.ok("reports", "show", said["reports"][0], "--json").json()
+    assert report["approved_by"] == "ann" and "[redacted" in report["approval_note"]
+    assert "[redacted" in cli.ok("status", reviewed, "--json").stdout
+    audit = cli.ok("audit", "list", "--json").json()
+    redacted = [entry for entry in audit if entry["action"] == "redacted"]
+    assert len(redacted) == 1 and "became" in redacted[0]["note"]
+    cli.ok("audit", "verify")
+
+    # bob's other thread is as it was; his pending one quoted her erased memories, so it is revised
+    # (without them) before it is published.
+    assert cli.ok("history", untouched, "--json").json() == untouched_before
+    assert set(_found([own], *roots)) == {own}
+    refused = cli.run("approve", recalled, "--user", "rev")
+    assert refused.returncode == 2 and "since erased" in refused.stderr
+    cli.ok("revise", recalled, "--user", "rev", "--feedback", "Again, please")
+    cli.ok("approve", recalled, "--user", "rev")
+    assert cli.ok("status", recalled, "--json").json()["status"] == "published"
+    assert _found([feedback, note], *roots) == {}
+    again = cli.ok("forget", "--user", "ann", "--including-said-by", "--yes", "--json").json()
+    assert again["said_by"] == {"threads": [], "memories": 0, "reports": [], "busy": [], "unreadable": []}
+
+
+DAY = 86_400
+T0 = 1_700_000_000
+
+
+def test_erased_memories_leave_no_text_in_clear_in_the_threads_and_reports_that_quoted_them(
+    store: tuple[Cli, list[Path]],
+):
+    """Two of bob's memories were recalled by a published report and by a pending draft. `memories
+    forget` takes the one out of both (the report keeps its key, the audit log its hashes), and
+    `prune --memories-older-than` the other; after each, the text is in no byte in clear, and the
+    copies of his threads sealed before no longer decrypt: they were re-keyed."""
+    cli, roots = store
+    at, later = {"SOURCE_DATE_EPOCH": str(T0)}, {"SOURCE_DATE_EPOCH": str(T0 + 400 * DAY)}
+    forgotten, pruned = _marker("forgottenmemory"), _marker("prunedmemory")
+    old = cli.ok(
+        "remember", f"supplier {pruned} worries me", "--user", "bob", "--ticker", "NVDA", extra_env=at
+    )
+    new = cli.ok(
+        "remember",
+        f"margin {forgotten} matters",
+        "--user",
+        "bob",
+        "--ticker",
+        "NVDA",
+        "--json",
+        extra_env=later,
+    )
+    assert old.returncode == 0
+    published = cli.ok("analyze", "NVDA", "--user", "bob", "--json", extra_env=later).json()["thread_id"]
+    cli.ok("approve", published, "--user", "rev", extra_env=later)
+    pending = cli.ok("analyze", "NVDA", "--user", "bob", "--json", extra_env=later).json()["thread_id"]
+    assert set(_found([forgotten, pruned], *roots)) == {forgotten, pruned}
+    copies = _sealed_copies(cli, [published, pending])
+    assert copies and not any(isinstance(value, Exception) for value in _open(cli, copies))
+
+    done = cli.ok("memories", "forget", new.json()["id"], "--user", "bob", "--json", extra_env=later).json()
+    assert sorted(done["threads"]) == sorted([published, pending]) and len(done["reports"]) == 1
+    assert _found([forgotten], *roots) == {}
+    assert all(isinstance(value, SealedValueUnreadable) for value in _open(cli, copies))
+    copies = _sealed_copies(cli, [published, pending])
+    assert copies and not any(isinstance(value, Exception) for value in _open(cli, copies))
+
+    swept = cli.ok("prune", "--memories-older-than", "365d", "--yes", "--json", extra_env=later).json()
+    assert swept["memories"] == 1 and sorted(swept["quoted_in"]["threads"]) == sorted([published, pending])
+    assert _found([pruned, forgotten], *roots) == {}
+    assert all(isinstance(value, SealedValueUnreadable) for value in _open(cli, copies))
+    audit = cli.ok("audit", "list", "--json").json()
+    assert len([entry for entry in audit if entry["action"] == "redacted"]) == 2
+    cli.ok("audit", "verify")
+    assert cli.ok("status", published, "--json").json()["status"] == "published"
+    assert cli.ok("reports", "show", done["reports"][0], "--json").json()["thread_id"] == published
+    assert "since erased" in cli.fails("approve", pending, "--user", "rev", extra_env=later).stderr

@@ -119,11 +119,16 @@ def forget_memory(
     """Erase one memory; later runs no longer recall it."""
     from market_analyst.workflow.memories import forget_memory as erase
 
-    erased = erase(load_settings(), user, memory_id)
+    erased, quoted = erase(load_settings(), user, memory_id)
     if json_output:
-        emit_json({"id": erased, "forgotten": True})
+        emit_json({"id": erased, "forgotten": True, "threads": quoted.threads, "reports": quoted.reports})
     else:
         print(f"Forgot memory {erased}.")
+        if quoted.threads or quoted.reports:
+            print(
+                f"Its words were taken out of {len(quoted.threads)} thread(s) and {len(quoted.reports)} "
+                "archived report(s) that quoted it."
+            )
 
 
 @app.command("reindex")

@@ -145,10 +145,10 @@ def prune(
         if finished_before is not None
         else PruneResult([], dry_run=dry_run)
     )
-    memories = (
+    memories, quoted = (
         prune_memories(settings, older_than=memories_older_than, dry_run=dry_run)
         if memories_older_than is not None
-        else None
+        else (None, None)
     )
     rows: list[dict[str, Any]] = [
         {"thread_id": r.thread_id, "ticker": r.ticker, "status": r.status} for r in result.threads
@@ -156,16 +156,23 @@ def prune(
     verb = "Would remove" if dry_run else "Removed"
     if json_output:
         document: dict[str, Any] = {"dry_run": dry_run, "threads": rows, "busy": result.busy}
-        if memories is not None:
+        if memories is not None and quoted is not None:
             document["memories"] = memories
+            document["quoted_in"] = {"threads": quoted.threads, "reports": quoted.reports}
         emit_json(document)
     else:
         if finished_before is not None:
             print(f"{verb} {len(rows)} finished thread(s) last updated {finished_before} or more ago.")
             for r in result.threads:
                 print(f"  {r.thread_id}  {r.ticker:<7} {r.status}")
-        if memories is not None:
+        if memories is not None and quoted is not None:
             print(f"{verb} {memories} memories made {memories_older_than} or more ago.")
+            if quoted.threads or quoted.reports:
+                done = "would be taken" if dry_run else "were taken"
+                print(
+                    f"  their words {done} out of {len(quoted.threads)} thread(s) and "
+                    f"{len(quoted.reports)} archived report(s) that quoted them"
+                )
     if result.busy:
         raise UserError(
             f"{len(result.busy)} thread(s) were busy and kept: {', '.join(result.busy)}; run prune again"
@@ -174,6 +181,12 @@ def prune(
 
 def forget(
     user: str = typer.Option(..., "--user", help="The user to erase from every store."),
+    including_said_by: bool = typer.Option(
+        False,
+        "--including-said-by",
+        help="Also take their words (notes, reasons, feedback) out of other users' threads, memories "
+        "and reports, where they were the reviewer or approver.",
+    ),
     dry_run: bool = DRY_RUN_OPTION,
     yes: bool = YES_OPTION,
     checkpointer: CheckpointerKind | None = typer.Option(None, "--checkpointer", help=CHECKPOINTER_HELP),
@@ -181,14 +194,15 @@ def forget(
 ) -> None:
     """Erase one user everywhere: their threads and the data keys that sealed them, archived reports,
     profile, memories, lease keys, and their personal content in the audit log (the entries and their
-    chain stay)."""
+    chain stay). Their words in other users' records are counted, and with --including-said-by
+    redacted."""
     from dataclasses import asdict
 
     from market_analyst.workflow.retention import forget_user
 
     settings = load_settings(checkpointer=checkpointer)
     _confirm(yes, dry_run, f"Erase user {user!r} from every store")
-    result = forget_user(settings, user, dry_run=dry_run)
+    result = forget_user(settings, user, dry_run=dry_run, including_said_by=including_said_by)
     if json_output:
         emit_json(asdict(result))
     else:
@@ -201,6 +215,22 @@ def forget(
         print(f"  lease keys: {result.lease_keys}")
         print(f"  audit entries (personal content erased, chain kept): {result.audit_entries}")
         print(f"  memories: {result.memories}")
+        said = result.said_by
+        where = f"{len(said.threads)} thread(s), {said.memories} memories, {len(said.reports)} report(s)"
+        if result.said_by_redacted:
+            print(f"  their words in other users' records (redacted): {where}")
+        elif dry_run and including_said_by:
+            print(f"  their words in other users' records (would be redacted): {where}")
+        elif said.total:
+            print(
+                f"  their words in other users' records (left as they are): {where}; "
+                f"take them out with: market-analyst forget --user {result.user_id} --including-said-by"
+            )
+        else:
+            print("  their words in other users' records: none")
+        if said.unreadable:
+            count = len(said.unreadable)
+            print(f"  other users' threads that cannot be read here, so were not searched: {count}")
     if result.busy:
         raise UserError(
             f"{len(result.busy)} thread(s) were busy and kept: {', '.join(result.busy)}; run forget again"

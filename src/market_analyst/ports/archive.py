@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -83,6 +84,14 @@ class ReportStore(ArchiveWriter, Protocol):
 
     def remove(self, key: str) -> bool:
         """Delete the document under `key`; False when there was none."""
+        ...
+
+    def redact(
+        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+    ) -> tuple[str, str] | None:
+        """Replace the document under `key` by the same report with an erased person's words taken
+        out, in one step, after `record(old, new)` was given the SHA-256 of the old bytes and of the
+        new (so the audit log has it first); those hashes, or None when `key` holds nothing."""
         ...
 
     def search(

@@ -3,7 +3,8 @@ embedder that turns texts into the vectors recall compares."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import builtins
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -61,6 +62,15 @@ class MemoryStore(Protocol):
 
     def prune(self, older_than: datetime) -> int:
         """Erase every memory made before `older_than`; returns how many went."""
+        ...
+
+    def holding(self, test: Callable[[Memory], bool]) -> builtins.list[Memory]:
+        """Every memory, of any owner, that `test` picks: for erasure only (`forget
+        --including-said-by`), never for recall."""
+        ...
+
+    def erase(self, ids: Collection[str]) -> int:
+        """Erase the memories `ids` names, whoever owns them; returns how many went."""
         ...
 
 

@@ -8,6 +8,8 @@ from market_analyst.errors import UserError
 from market_analyst.market_data import normalize_ticker
 from market_analyst.settings import Settings
 from market_analyst.state import Memory, check_memory_ref, check_memory_text, memory_id
+from market_analyst.workflow.retention import unquote
+from market_analyst.workflow.said_by import SaidBy
 from market_analyst.workflow.stores import chosen_user
 
 
@@ -63,12 +65,24 @@ def show_memory(settings: Settings, user: str | None, memory_ref: str) -> Memory
     return memory
 
 
-def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> str:
-    """Erase the user's memory `memory_ref`; `UserError` when the user has none of that ID."""
+def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> tuple[str, SaidBy]:
+    """Erase the user's memory `memory_ref`, after taking its text out of the user's threads and
+    reports that quoted it; `UserError` when the user has none of that ID."""
     owner, memory_ref = chosen_user(settings, user), check_memory_ref(memory_ref)
-    if not open_memory(settings).forget(owner, memory_ref):
+    store = open_memory(settings)
+    memory = store.get(owner, memory_ref)
+    if memory is None:
         raise _missing(memory_ref, owner)
-    return memory_ref
+    # First the threads and reports that quoted it: a kill before the memory goes leaves it to a re-run.
+    quoted = unquote(settings, {owner: [memory.text]}, why="a forgotten memory's words")
+    if quoted.busy:
+        raise UserError(
+            f"thread(s) {', '.join(quoted.busy)} quoting memory {memory_ref} were busy; nothing was "
+            "forgotten yet: run it again"
+        )
+    if not store.forget(owner, memory_ref):
+        raise _missing(memory_ref, owner)
+    return memory_ref, quoted
 
 
 def reindex_memories(settings: Settings) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 
 from market_analyst.deps import (
     compact_after_erasure,
+    decision_seal,
     open_archive,
     open_audit,
     open_keyring,
@@ -22,6 +23,7 @@ from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
 from market_analyst.state import validate_user_id
 from market_analyst.workflow.graph_run import Run, open_run
+from market_analyst.workflow.said_by import Quotes, SaidBy, SpeakerWords, Words, reports_of
 from market_analyst.workflow.threads import backfill, record, stamp
 from market_analyst.workflow.views import UnreadableThread, view_of
 
@@ -124,12 +126,58 @@ def memory_cutoff(settings: Settings, older_than: str) -> datetime:
         raise UserError(f"--memories-older-than {older_than} reaches back before the year 1") from None
 
 
-def prune_memories(settings: Settings, *, older_than: str, dry_run: bool = False) -> int:
-    """Erase every user's memories made at least `older_than` ago; returns how many went (or, with
-    `dry_run`, would go)."""
+def prune_memories(settings: Settings, *, older_than: str, dry_run: bool = False) -> tuple[int, SaidBy]:
+    """Erase every user's memories made at least `older_than` ago, after taking their texts out of the
+    threads and reports that quoted them (`unquote`): how many went (or, with `dry_run`, would go),
+    and where they were quoted."""
     cutoff = memory_cutoff(settings, older_than)
     store = open_memory(settings)
-    return store.count_before(cutoff) if dry_run else store.prune(cutoff)
+    going = store.holding(lambda memory: memory.created_at < cutoff)
+    texts: dict[str, list[str]] = {}
+    for memory in going:
+        texts.setdefault(memory.owner, []).append(memory.text)
+    quoted = unquote(settings, texts, why="pruned memories", dry_run=dry_run)
+    if dry_run:
+        return store.count_before(cutoff), quoted
+    if quoted.busy:
+        raise _busy(quoted.busy, "prune")
+    return store.prune(cutoff), quoted
+
+
+def unquote(settings: Settings, texts: dict[str, list[str]], *, why: str, dry_run: bool = False) -> SaidBy:
+    """Take the texts of memories about to be erased (per owner) out of that owner's threads, which
+    may have recalled them, and archived reports, which may quote them; see `said_by.Quotes`. Busy
+    threads are kept and named, and the caller erases nothing then."""
+    total = SaidBy()
+    if not any(texts.values()):
+        return total
+    archive, audit = open_archive(settings), open_audit(settings)
+    seal, at = decision_seal(settings), settings.now().isoformat(timespec="seconds")
+    with open_run(settings) as run:
+        for owner, said in sorted(texts.items()):
+            quotes = Quotes(
+                run,
+                Words.of(owner, said),
+                rows=_all_rows(run, ThreadQuery(user_id=owner, limit=_PAGE)),
+                reports=reports_of(archive, owner.__eq__),
+                archive=archive,
+                audit=audit,
+                why=why,
+            )
+            found = quotes.found() if dry_run else quotes.redact((seal, seal.for_doors()), at)
+            total.threads += found.threads
+            total.reports += found.reports
+            total.busy += found.busy
+            total.unreadable += found.unreadable
+    if total.threads and not dry_run:
+        compact_after_erasure(settings)
+    return total
+
+
+def _busy(threads: list[str], command: str) -> UserError:
+    return UserError(
+        f"{len(threads)} thread(s) were busy and kept: {', '.join(threads)}; run {command} again"
+    )
 
 
 @dataclass
@@ -144,20 +192,41 @@ class ForgetResult:
     lease_keys: int = 0
     audit_entries: int = 0  # audit entries whose personal content was erased (the chain is kept)
     memories: int = 0  # what later runs would have recalled for the user, superseded ones included
+    # Their words in other people's records (`said_by`): found, and with --including-said-by redacted.
+    said_by: SaidBy = field(default_factory=SaidBy)
+    said_by_redacted: bool = False
     busy: list[str] = field(default_factory=list)
     dry_run: bool = False
 
 
-def forget_user(settings: Settings, user: str, *, dry_run: bool = False) -> ForgetResult:
+def forget_user(
+    settings: Settings, user: str, *, dry_run: bool = False, including_said_by: bool = False
+) -> ForgetResult:
     """Erase `user` everywhere: the threads they started, their archived reports (documents and index
-    rows), their profile, their memories, and the threads' lease keys. Another user's data is not
-    touched."""
+    rows), their profile, their memories, and the threads' lease keys. Their words in other people's
+    records are found and counted, and with `including_said_by` taken out (see `said_by`); nothing
+    else of another user's is touched."""
     result = ForgetResult(validate_user_id(user), dry_run=dry_run)
     keyring = open_keyring(settings)
     with open_run(settings) as run:
         backfill(run, verify=True)  # a thread the index lacks would be missed: refuse
         rows = _all_rows(run, ThreadQuery(user_id=user, limit=_PAGE))
         theirs = {row.thread_id for row in rows}
+        words = SpeakerWords(  # read before anything of theirs goes: the audit log names their words
+            run,
+            user,
+            others=[row for row in _all_rows(run, ThreadQuery(limit=_PAGE)) if row.thread_id not in theirs],
+            memories=open_memory(settings),
+            archive=open_archive(settings),
+            audit=open_audit(settings),
+        )
+        if including_said_by and not dry_run:
+            seal, at = decision_seal(settings), settings.now().isoformat(timespec="seconds")
+            result.said_by = words.redact((seal, seal.for_doors()), at)
+            result.said_by_redacted = True
+            result.busy += result.said_by.busy
+        else:
+            result.said_by = words.found()
         keys = {k.thread_id for k in keyring.store.keys() if k.owner == user or k.thread_id in theirs}
         for row in rows:
             if dry_run:

@@ -106,6 +106,18 @@ def read_history(graph: Any, config: dict[str, Any], limit: int | None = None) -
     return snapshots
 
 
+def saved_values(saver: Any, thread_id: str) -> list[Any]:
+    """Every value the thread's checkpoints and pending writes hold, opened (what an erasure searches),
+    refused as `read_state` refuses: `UnreadableThread` when one cannot be read."""
+    config = config_for(thread_id)
+    values: list[Any] = []
+    with _refusing_unloaded(config):
+        for saved in saver.list(config):
+            values.extend((saved.checkpoint.get("channel_values") or {}).values())
+            values.extend(value for _task, _channel, value in saved.pending_writes or ())
+    return values
+
+
 @contextmanager
 def _refusing_unloaded(config: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
     """Reads in this block that strict deserialisation left unloaded raise `UnreadableThread` at its end;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,15 @@ class Archive(ABC):
     @abstractmethod
     def publish(self, key: str, document: dict[str, Any]) -> PublishResult:
         """Store `document` under `key` once; a repeat of the same document returns the stored one."""
+
+    @abstractmethod
+    def redact(
+        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+    ) -> tuple[str, str] | None:
+        """Replace the document under `key` by `document`: the same report with an erased person's
+        words taken out (`forget --including-said-by`), the one change the exactly-once rule allows,
+        made in one step, after `record(old, new)` was given the SHA-256 of the old bytes and of the
+        new. Returns them, or None when `key` holds nothing."""
 
     @abstractmethod
     def _search(self, query: Query) -> Listing:

@@ -13,9 +13,11 @@ Files are owner-only (0600 in a 0700 directory).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,32 @@ class ReportArchive(Archive):
             self.index.add(key, document, path)
             return PublishResult(key, document, True)
         return settle_repeat(key, document, payload, self.get(key) or {}, str(path))
+
+    def redact(
+        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+    ) -> tuple[str, str] | None:
+        path = self.path_for(key)
+        try:
+            old = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ArchiveError(f"cannot read archive document {path}: {exc.strerror}") from None
+        payload = render_document(document)
+        hashes = hashlib.sha256(old).hexdigest(), hashlib.sha256(payload).hexdigest()
+        record(*hashes)
+        tmp = self.root / f".{path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            write_new_private(tmp, payload)
+            os.replace(tmp, path)  # whole: the old document or the new one
+        except OSError as exc:
+            raise ArchiveError(f"cannot write {path}: {exc.strerror}") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        fsync_dir(self.root)
+        self.index.add(key, document, path)
+        return hashes
 
     def _write_once(self, path: Path, payload: bytes) -> bool:
         """Write `payload` to `path` unless it exists; True if this call created it."""

@@ -171,6 +171,27 @@ class PostgresArchive(Archive):
         except psycopg.DataError as exc:  # JSONB holds no NaN and no \u0000: say so, store nothing
             raise ArchiveError(f"PostgreSQL refused report {key}: {_first_line(exc)}") from None
 
+    def redact(
+        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+    ) -> tuple[str, str] | None:
+        valid_key(key)
+        payload = render_document(document)
+        with self._connect() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute("SELECT body FROM ma_archive_reports WHERE key = %s FOR UPDATE", (key,))
+            row = cur.fetchone()
+            if row is None:
+                return None
+            old = hashlib.sha256(str(row["body"]).encode()).hexdigest()
+            hashes = old, hashlib.sha256(payload).hexdigest()
+            record(*hashes)
+            _, _, *columns = _row(key, document)
+            cur.execute(
+                "UPDATE ma_archive_reports SET (ticker, user_id, created_at, approved_by, recommendation, "
+                "as_of, headline, search_text, body) = (%s, %s, %s, %s, %s, %s, %s, %s, %s) WHERE key = %s",
+                (*columns, payload.decode(), key),
+            )
+        return hashes
+
     def remove(self, key: str) -> bool:
         """Delete the document under `key`; False when there was none."""
         valid_key(key)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
@@ -110,6 +110,10 @@ class BaseMemoryStore(ABC):
         """The engine's filter for the memories (of every owner) made before `moment`."""
 
     @abstractmethod
+    def _with_ids(self, ids: Collection[str]) -> Any:
+        """The engine's filter for exactly the points `ids` names."""
+
+    @abstractmethod
     def _matching(self, flt: Any, *, with_vectors: bool = False) -> builtins.list[Any]:
         """Every stored record that `flt` (None: all) matches, with its payload; [] with no store."""
 
@@ -204,6 +208,17 @@ class BaseMemoryStore(ABC):
 
     def prune(self, older_than: datetime) -> int:
         return self._erase_matching(self._made_before(older_than))
+
+    def holding(self, test: Callable[[Memory], bool]) -> builtins.list[Memory]:
+        """Every memory of any owner that `test` picks: what `forget --including-said-by` looks for
+        (another owner's memories of what someone said). Not a read for an owner: never recalled."""
+        memories = (from_payload(record.id, dict(record.payload or {})) for record in self._matching(None))
+        return [memory for memory in memories if test(memory)]
+
+    def erase(self, ids: Collection[str]) -> int:
+        """Erase the memories `ids` names, whoever owns them (as `forget_user` does: by rewriting);
+        returns how many went."""
+        return self._erase_matching(self._with_ids(ids)) if ids else 0
 
     def count_before(self, older_than: datetime) -> int:
         """How many memories (of every owner) were made before `older_than`: what `prune` would erase."""

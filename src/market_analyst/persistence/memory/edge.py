@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -234,6 +234,11 @@ class EdgeMemoryStore(BaseMemoryStore):
         from qdrant_edge import FieldCondition, Filter, RangeDateTime
 
         return Filter(must=[FieldCondition(key="created_at", range=RangeDateTime(lt=iso_z(moment)))])
+
+    def _with_ids(self, ids: Collection[str]) -> Any:
+        from qdrant_edge import Filter, HasIdCondition
+
+        return Filter(must=[HasIdCondition(set(ids))])
 
     def _may_have(self, owner: str) -> bool:
         return not self._absent() and self._owners.may_have(owner)

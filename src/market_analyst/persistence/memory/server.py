@@ -10,7 +10,7 @@ server is used.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -137,6 +137,11 @@ class QdrantMemoryStore(BaseMemoryStore):
                 models.FieldCondition(key="created_at", range=models.DatetimeRange(lt=moment.astimezone(UTC)))
             ]
         )
+
+    def _with_ids(self, ids: Collection[str]) -> Any:
+        from qdrant_client import models
+
+        return models.Filter(must=[models.HasIdCondition(has_id=list(ids))])
 
     def _may_have(self, owner: str) -> bool:
         return True  # the count that follows is one request to the server, which indexes owners
