@@ -389,7 +389,18 @@ def open_memory(settings: Settings) -> EdgeMemoryStore | QdrantMemoryStore:
 
         api_key = settings.secret("qdrant_api_key")
         return QdrantMemoryStore(lambda: open_server_client(url, api_key), embedder=embedder, location=url)
-    return EdgeMemoryStore(settings.data_dir / "memories", embedder=embedder)
+    return EdgeMemoryStore(
+        settings.data_dir / "memories", embedder=embedder, marker_key=memory_marker_key(settings)
+    )
+
+
+def memory_marker_key(settings: Settings) -> Callable[[], bytes]:
+    """What names the memory store's owner markers: a key of the records secret (as the decision seal
+    is), so that a marker's name says nothing to someone who guesses user IDs."""
+    from market_analyst.persistence.memory.owners import marker_key
+
+    store = open_approvers(settings)
+    return lambda: marker_key(store.session_secret())
 
 
 def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) -> Deps:

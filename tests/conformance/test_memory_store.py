@@ -134,7 +134,7 @@ def test_memory_text_is_checked() -> None:
         with pytest.raises(UserError):
             note("ann", "remembered", bad)
     # An emoji newer than this Python's Unicode tables, or a private-use character, is data.
-    for good in ("watch the \U0001FAE9 supply", "logo \ue000 mark"):
+    for good in ("watch the \U0001fae9 supply", "logo \ue000 mark"):
         assert note("ann", "remembered", good).text == good
 
 
@@ -143,7 +143,7 @@ def test_what_the_workflow_records_always_makes_a_valid_memory() -> None:
     so writing the memory can never stop a decision or a publication that is already recorded."""
     from market_analyst.state import check_memory_text, memory_text
 
-    for raw in ("fine\x07 but\nwatch \u2028 suppliers\u200b \U0001FAE9", "x" * 5000, "\ue000 ok"):
+    for raw in ("fine\x07 but\nwatch \u2028 suppliers\u200b \U0001fae9", "x" * 5000, "\ue000 ok"):
         assert check_memory_text(memory_text(raw)) == memory_text(raw)
 
 
@@ -280,6 +280,36 @@ def test_an_owner_without_memories_opens_no_shard(
         with pytest.raises(UserError, match="in use by another process"):
             impatient.recall("bob", "dividends")
     assert [m.text for m in impatient.recall("bob", "dividends")] == ["Prefer dividend payers"]
+
+
+def test_owner_markers_name_nobody_and_an_earlier_releases_are_rebuilt_under_the_key(
+    edge_store: EdgeMemoryStore, embedder: WordLlamaEmbedder
+) -> None:
+    """A marker's name is a keyed hash: not the SHA-256 of the user ID someone could compute. Markers
+    made under another key, or by an earlier release (plain SHA-256, no `KEYED` stamp), are trusted
+    for nothing: the next opening rebuilds them from the shard, and recall misses no one meanwhile."""
+    import hashlib
+
+    edge_store.write([note("bob", "remembered", "Prefer dividend payers"), *ANN])
+    folder = edge_store.path.with_name(f".{edge_store.path.name}.owners")
+    keyed = {path.name for path in folder.iterdir()} - {"KEYED"}
+    plain = {hashlib.sha256(owner.encode()).hexdigest()[:32] for owner in ("ann", "bob")}
+    assert len(keyed) == 2 and not keyed & plain
+    assert not edge_store._owners.may_have("cy") and edge_store._owners.may_have("bob")
+
+    for path in folder.iterdir():  # as an earlier release left it
+        path.unlink()
+    for name in plain:
+        (folder / name).touch()
+    assert edge_store._owners.may_have("cy")  # nothing trusted: every owner perhaps
+    assert [m.text for m in edge_store.recall("bob", "dividends")] == ["Prefer dividend payers"]
+    assert {path.name for path in folder.iterdir()} == keyed | {"KEYED"}
+    assert not edge_store._owners.may_have("cy")
+
+    stranger = EdgeMemoryStore(edge_store.path, embedder=lambda: embedder, marker_key=lambda: b"k" * 32)
+    assert stranger._owners.may_have("cy") and stranger.has_memories("bob")  # rebuilt under its key
+    assert not stranger._owners.may_have("cy") and not ({p.name for p in folder.iterdir()} & keyed)
+    assert [m.text for m in edge_store.recall("bob", "dividends")] == ["Prefer dividend payers"]
 
 
 def test_an_openai_compatible_embedder_is_the_second_implementation(

@@ -33,7 +33,11 @@ def mem_cli(tmp_path: Path, harness: Harness) -> Cli:
 
 def _store(cli: Cli, embedder: WordLlamaEmbedder) -> EdgeMemoryStore:
     """This test process's own view of the CLI's store (a separate process from every command)."""
-    return EdgeMemoryStore(cli.data_dir / "memories", embedder=lambda: embedder)
+    from market_analyst.deps import memory_marker_key
+    from market_analyst.settings import Settings
+
+    key = memory_marker_key(Settings.load(environ=cli.env, dotenv=None))
+    return EdgeMemoryStore(cli.data_dir / "memories", embedder=lambda: embedder, marker_key=key)
 
 
 def _ids(cli: Cli, *args: str) -> list[str]:

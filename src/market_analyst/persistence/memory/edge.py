@@ -29,7 +29,7 @@ from market_analyst.errors import UserError
 from market_analyst.files import private_tree, refuse_under_file
 from market_analyst.persistence.memory.base import BaseMemoryStore, Recall, every_page
 from market_analyst.persistence.memory.embedder import Embedder
-from market_analyst.persistence.memory.owners import OwnerMarkers
+from market_analyst.persistence.memory.owners import OwnerMarkers, marker_key
 from market_analyst.persistence.memory.points import META_VERSION, SUPERSEDED, from_payload, iso_z, to_payload
 from market_analyst.persistence.memory.search import edge_query, owner_filter
 from market_analyst.persistence.qdrant import edge_shard
@@ -43,6 +43,9 @@ WHAT = "the memory store"
 META_FILE = "memory_embedder.json"
 WRITE_BATCH = 512  # points per update: one log entry each, all of it or none after a crash
 SCROLL_PAGE = 1024
+# The markers' key of a store opened without the records secret (tests, benchmarks): a store the
+# application opens names its owners under a key of its own records (`deps.open_memory`).
+UNSHARED_MARKER_KEY = marker_key("")
 
 
 def is_memory_store(path: Path) -> bool:
@@ -67,11 +70,12 @@ class EdgeMemoryStore(BaseMemoryStore):
         *,
         embedder: Callable[[], Embedder],
         lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+        marker_key: Callable[[], bytes] = lambda: UNSHARED_MARKER_KEY,
     ) -> None:
         super().__init__(embedder=embedder, location=str(path))
         self.path = path
         self._lock_wait_seconds = lock_wait_seconds
-        self._owners = OwnerMarkers(path.with_name(f".{path.name}.owners"), what=WHAT)
+        self._owners = OwnerMarkers(path.with_name(f".{path.name}.owners"), what=WHAT, key=marker_key)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -117,6 +121,8 @@ class EdgeMemoryStore(BaseMemoryStore):
                 return
             shard = edge_shard.load(self.path, what=WHAT)
             try:
+                if not self._owners.current():  # an earlier release's markers, or another key's
+                    self._owners.rebuild(self._shard_owners(shard))
                 yield shard
             finally:
                 shard.close()
@@ -213,6 +219,9 @@ class EdgeMemoryStore(BaseMemoryStore):
             shard.close()
         edge_shard.swap(self.path, new)
         self._owners.keep_only(owners)
+
+    def _shard_owners(self, shard: EdgeShard) -> set[str]:
+        return {str((record.payload or {}).get("owner")) for record in self._scroll(shard, None)}
 
     def _check_embedder(self) -> None:
         self._refuse_other_embedder(read_meta(self.path), str(self.path))
