@@ -206,6 +206,41 @@ def test_a_deletion_killed_mid_rewrite_leaves_the_old_store_or_the_new_and_compl
     assert cli.ok("profile", "show", "--user", "bob", "--json").json()["profile"]["notes"] == "bob keeps this"
 
 
+def test_a_deletion_killed_at_twenty_random_moments_leaves_old_or_new_and_completes_again(
+    cli: Cli, harness: Harness
+):
+    """`kill -9` at 20 moments spread over `profile delete` (the shard rewritten beside, swapped in):
+    each time one whole store answers, ann's profile is there or gone but never half, bob's is as it
+    was, and a second delete leaves none of ann's words and no copy beside the store."""
+    import random
+
+    cli.ok("profile", "set", "--user", "bob", "--notes", "bob keeps this")
+    cli.ok("profile", "set", "--user", "ann", "--notes", ANNS_WORDS)
+    took = harness.run(["profile", "delete", "--user", "ann"], cli.env, cwd=cli.cwd).check().seconds
+    moments = random.Random(29).sample(range(1, 1000), 20)
+    killed = 0
+    for n, moment in enumerate(sorted(moments)):
+        words = f"{ANNS_WORDS} {n}"
+        cli.ok("profile", "set", "--user", "ann", "--notes", words)
+        outcome = harness.run(
+            ["profile", "delete", "--user", "ann"],
+            cli.env,
+            kill_point=f"at:{took * moment / 1000}",
+            cwd=cli.cwd,
+        )
+        killed += outcome.killed
+        assert (
+            cli.ok("profile", "show", "--user", "bob", "--json").json()["profile"]["notes"]
+            == "bob keeps this"
+        )
+        shown = cli.ok("profile", "show", "--user", "ann", "--json").json()
+        assert shown["source"] == "default" or shown["profile"]["notes"] == words, (moment, shown)
+        cli.ok("profile", "delete", "--user", "ann")
+        assert _holding(cli.data_dir, words) == [], moment
+        assert sorted(p.name for p in cli.data_dir.iterdir() if p.name.startswith("profiles")) == ["profiles"]
+    assert killed >= 10, killed
+
+
 def test_the_store_is_owner_only_keeps_its_log_and_indexes_user_id(tmp_path: Path):
     previous = os.umask(0o022)
     try:
