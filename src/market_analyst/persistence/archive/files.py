@@ -100,12 +100,9 @@ class ReportArchive(Archive):
         self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
     ) -> tuple[str, str] | None:
         path = self.path_for(key)
-        try:
-            old = path.read_bytes()
-        except FileNotFoundError:
+        old = self._read(path)
+        if old is None:
             return None
-        except OSError as exc:
-            raise ArchiveError(f"cannot read archive document {path}: {exc.strerror}") from None
         payload = render_document(document)
         hashes = hashlib.sha256(old).hexdigest(), hashlib.sha256(payload).hexdigest()
         record(*hashes)
@@ -173,16 +170,22 @@ class ReportArchive(Archive):
         cannot be read or is not a valid report."""
         self._check_root()
         path = self.path_for(key)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        data = self._read(path)
+        if data is None:
             return None
-        except OSError as exc:
-            raise ArchiveError(f"cannot read archive document {path}: {exc.strerror}") from None
         try:
             return parse_document(data)
         except ValueError as exc:
             raise ArchiveError(f"archive document {path} is corrupted: {exc}") from None
+
+    @staticmethod
+    def _read(path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ArchiveError(f"cannot read archive document {path}: {exc.strerror}") from None
 
     def keys(self) -> list[str]:
         """Keys of every document file, sorted."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +17,10 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from market_analyst.errors import ThreadBusy, UserError
+from market_analyst.errors import ThreadBusy
+from market_analyst.persistence.checkpoints.rewriting import Rewrite, ThreadRewriter
 from market_analyst.persistence.checkpoints.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
-from market_analyst.persistence.keys.base import Keyring, ThreadCipher
+from market_analyst.persistence.keys.base import Keyring
 from market_analyst.persistence.postgres.connect import postgres_connect, setup_lock
 from market_analyst.redaction import redact_url
 
@@ -37,7 +38,7 @@ def advisory_key(thread_id: str) -> int:
 
 
 @dataclass
-class PostgresBackend:
+class PostgresBackend(ThreadRewriter):
     """PostgresSaver over one autocommit connection; leases are session advisory locks."""
 
     saver: Any
@@ -90,47 +91,12 @@ class PostgresBackend:
             self.keyring.forget_thread(thread_id)
         return 0
 
-    def seal_thread(self, thread_id: str) -> int:
-        """Re-write what the thread holds in clear (written before sealing) under its data key, in
-        one transaction: a kill leaves it all old or all new, and a second run finds nothing to do.
-        Returns how many values were sealed. Call it holding the thread's lease."""
-        if self.keyring is None:
-            return 0
-        keyring = self.keyring
-        return self._rewrite(thread_id, lambda: keyring.cipher_for(thread_id), everything=False)[0]
-
-    def rekey_thread(self, thread_id: str, change: Callable[[Any], Any]) -> int:
-        """Re-write every value of the thread through `change` (which returns a value it leaves alone
-        as it was) under a new data key, in one transaction, then erase the old key: every copy the
-        old key sealed, in the WAL, a backup or a replica, is unreadable from then on. A kill before
-        the key is promoted leaves the staged key to the next run (see `Keyring.stage`). Returns how
-        many values `change` changed. Call it holding the thread's lease."""
-        if self.keyring is None:
-            raise UserError("re-keying a thread needs sealed checkpoints")
-        cipher = self.keyring.stage(thread_id)
-        changed = self._rewrite(thread_id, lambda: cipher, everything=True, change=change)[1]
-        self.keyring.promote(thread_id)
-        return changed
-
-    def rekey_interrupted(self, thread_id: str) -> bool:
-        return self.keyring is not None and self.keyring.staged(thread_id)
-
-    def _rewrite(
-        self,
-        thread_id: str,
-        cipher_of: Callable[[], ThreadCipher],
-        *,
-        everything: bool,
-        change: Callable[[Any], Any] = lambda value: value,
-    ) -> tuple[int, int]:
-        """Seal the thread's values (with `everything`, sealed ones too, else those in clear) under
-        `cipher_of()`, each passed through `change`, in one transaction: (values written, values
-        `change` changed)."""
+    def _rewrite(self, thread_id: str, plan: Rewrite) -> None:
+        """`ThreadRewriter`'s rewrite, in one transaction."""
         from market_analyst.persistence.checkpoints.sealing import Sealed
 
         serde, conn = self.saver.serde, self.saver.conn
-        clear_only = "" if everything else "AND position('+' in type) = 0 "
-        written = changed = 0
+        clear_only = "" if plan.everything else "AND position('+' in type) = 0 "
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(
                 "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
@@ -152,14 +118,10 @@ class PostgresBackend:
             )
             inline = cur.fetchall()
             if not (blobs or writes or inline):
-                return 0, 0
-            cipher = cipher_of()
+                return
 
             def seal(value: Any) -> tuple[str, bytes]:
-                nonlocal written, changed
-                new = change(value)
-                written, changed = written + 1, changed + (new is not value)
-                return serde.dumps_typed(Sealed(new, cipher))
+                return serde.dumps_typed(Sealed(plan.apply(value), plan.cipher()))
 
             for row in blobs:
                 cur.execute(
@@ -202,7 +164,6 @@ class PostgresBackend:
                     "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                     (Jsonb(kept), thread_id, row["checkpoint_ns"], row["checkpoint_id"]),
                 )
-        return written, changed
 
     def thread_ids(self) -> list[str]:
         """Every thread with at least one checkpoint."""

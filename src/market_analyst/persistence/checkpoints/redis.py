@@ -13,7 +13,7 @@ the lease, so a holder that stalled past its expiry stops instead of writing ove
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +27,7 @@ from redis import exceptions as redis_errors
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
+from market_analyst.persistence.checkpoints.rewriting import Rewrite, ThreadRewriter
 from market_analyst.persistence.checkpoints.sealing import (
     SealingSerializer,
     is_redis_sealed,
@@ -36,7 +37,7 @@ from market_analyst.persistence.checkpoints.sealing import (
     thread_of,
 )
 from market_analyst.persistence.checkpoints.thread_index import RedisThreadIndex
-from market_analyst.persistence.keys.base import Keyring, ThreadCipher
+from market_analyst.persistence.keys.base import Keyring
 from market_analyst.redaction import redact_url
 
 # Module versions are encoded as major*10000 + minor*100 + patch.
@@ -198,7 +199,7 @@ class FencedShallowRedisSaver(_FencedWrites, ShallowRedisSaver):
 
 
 @dataclass
-class RedisBackend:
+class RedisBackend(ThreadRewriter):
     """A ready Redis saver and the per-thread lease on the same server."""
 
     saver: Any
@@ -259,41 +260,8 @@ class RedisBackend:
             self.keyring.forget_thread(thread_id)
         return int(self.client.delete(FENCE_PREFIX + thread_id))
 
-    def seal_thread(self, thread_id: str) -> int:
-        """Re-write what the thread holds in clear (written before sealing) under its data key, in
-        one MULTI/EXEC: a kill leaves it all old or all new, and a second run finds nothing to do.
-        Returns how many values were sealed. Call it holding the thread's lease."""
-        if self.keyring is None:
-            return 0
-        keyring = self.keyring
-        return self._rewrite(thread_id, lambda: keyring.cipher_for(thread_id), everything=False)[0]
-
-    def rekey_thread(self, thread_id: str, change: Callable[[Any], Any]) -> int:
-        """Re-write every value of the thread through `change` under a new data key, in one
-        MULTI/EXEC, then erase the old key, as the PostgreSQL backend does (an AOF's older copies
-        go unreadable with it). Returns how many values `change` changed. Call it holding the
-        thread's lease."""
-        if self.keyring is None:
-            raise UserError("re-keying a thread needs sealed checkpoints")
-        cipher = self.keyring.stage(thread_id)
-        changed = self._rewrite(thread_id, lambda: cipher, everything=True, change=change)[1]
-        self.keyring.promote(thread_id)
-        return changed
-
-    def rekey_interrupted(self, thread_id: str) -> bool:
-        return self.keyring is not None and self.keyring.staged(thread_id)
-
-    def _rewrite(
-        self,
-        thread_id: str,
-        cipher_of: Callable[[], ThreadCipher],
-        *,
-        everything: bool,
-        change: Callable[[Any], Any] = lambda value: value,
-    ) -> tuple[int, int]:
-        """Seal the thread's values (with `everything`, sealed ones too, else those in clear) under
-        `cipher_of()`, each passed through `change`, in one MULTI/EXEC: (values written, values
-        `change` changed)."""
+    def _rewrite(self, thread_id: str, plan: Rewrite) -> None:
+        """`ThreadRewriter`'s rewrite, in one MULTI/EXEC."""
         import base64
 
         from market_analyst.persistence.checkpoints.sealing import Sealed
@@ -301,14 +269,6 @@ class RedisBackend:
         saver, serde, client = self.saver, self.saver.serde, self.client
         safe = to_storage_safe_id(thread_id)
         updates: list[tuple[Any, str, Any]] = []
-        written = changed = 0
-        cipher: ThreadCipher | None = None
-
-        def changed_value(value: Any) -> Any:
-            nonlocal written, changed
-            new = change(value)
-            written, changed = written + 1, changed + (new is not value)
-            return new
 
         for key in client.scan_iter(match=f"checkpoint:{safe}:*", count=1000):
             doc = client.json().get(key)
@@ -316,30 +276,29 @@ class RedisBackend:
                 continue  # another thread whose ID begins with this one and a ':'
             values = (doc.get("checkpoint") or {}).get("channel_values") or {}
             chosen = {
-                k: v for k, v in values.items() if v is not None and (everything or not is_redis_sealed(v))
+                k: v
+                for k, v in values.items()
+                if v is not None and (plan.everything or not is_redis_sealed(v))
             }
             if chosen:
-                cipher = cipher or cipher_of()
                 opened = saver._deserialize_channel_values(chosen)  # revived as a read revives them
-                opened = {channel: changed_value(value) for channel, value in opened.items()}
-                new = {**values, **redis_sealed_values(serde, cipher, opened)}
+                opened = {channel: plan.apply(value) for channel, value in opened.items()}
+                new = {**values, **redis_sealed_values(serde, plan.cipher(), opened)}
                 updates.append((key, "$.checkpoint.channel_values", new))
         for key in client.scan_iter(match=f"checkpoint_write:{safe}:*", count=1000):
             doc = client.json().get(key)
             if not isinstance(doc, dict) or doc.get("thread_id") != safe:
                 continue
-            if not everything and "+" in str(doc.get("type")):
+            if not plan.everything and "+" in str(doc.get("type")):
                 continue
-            cipher = cipher or cipher_of()
-            value = changed_value(serde.loads_typed((doc["type"], saver._decode_blob(doc["blob"]))))
-            kind, blob = serde.dumps_typed(Sealed(value, cipher))
+            value = plan.apply(serde.loads_typed((doc["type"], saver._decode_blob(doc["blob"]))))
+            kind, blob = serde.dumps_typed(Sealed(value, plan.cipher()))
             updates += [(key, "$.type", kind), (key, "$.blob", base64.b64encode(blob).decode())]
         if updates:
             with client.pipeline(transaction=True) as pipeline:
                 for key, path, value in updates:
                     pipeline.json().set(key, path, value)
                 pipeline.execute()
-        return written, changed
 
     def thread_ids(self) -> list[str]:
         """Every thread with at least one checkpoint, from the saver's search index."""
