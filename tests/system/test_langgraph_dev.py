@@ -119,9 +119,17 @@ def test_refused_decisions_are_asked_again_and_record_nothing_until_one_is_accep
     assert first["requested_by"] == "ann"  # the caller's own name, though the input named nobody
 
     # A reviewer's revision: a new draft, and the first one is stale from now on.
-    _resume(server, "rita", thread, {"action": "revise", "draft_id": first["draft_id"],
-                                     "note": "for a cautious reader",
-                                     "options": {"risk_tolerance": "conservative"}})
+    _resume(
+        server,
+        "rita",
+        thread,
+        {
+            "action": "revise",
+            "draft_id": first["draft_id"],
+            "note": "for a cautious reader",
+            "options": {"risk_tolerance": "conservative"},
+        },
+    )
     current = bob.threads.get_state(thread)["interrupts"][0]["value"]
     assert current["revision"] == 2 and current["draft_id"] != first["draft_id"]
     audit = server.audit_of(thread)
@@ -131,8 +139,11 @@ def test_refused_decisions_are_asked_again_and_record_nothing_until_one_is_accep
     for who, decision, reason in (
         ("bob", {"action": "approve", "draft_id": first["draft_id"]}, "is not the current draft"),
         ("bob", {"action": "approve", "draft_id": "0" * 24}, "is not the current draft"),
-        ("bob", {"action": "approve", "draft_id": current["draft_id"], "content_hash": "f" * 64},
-         "content hash"),
+        (
+            "bob",
+            {"action": "approve", "draft_id": current["draft_id"], "content_hash": "f" * 64},
+            "content hash",
+        ),
         ("rita", {"action": "approve", "draft_id": current["draft_id"]}, "a reviewer may only revise"),
         ("ann", {"action": "approve", "draft_id": current["draft_id"]}, "requester"),
         ("bob", {"action": "reject", "draft_id": current["draft_id"]}, "needs a reason"),
@@ -151,9 +162,59 @@ def test_refused_decisions_are_asked_again_and_record_nothing_until_one_is_accep
         assert server.report_keys() == keys
 
     # A decision on the current draft by the approver resumes it, in the approver's name.
-    assert _resume(server, "bob", thread, {"action": "approve", "draft_id": current["draft_id"]})[
-        "publication"
-    ]["created"] is True
+    assert (
+        _resume(server, "bob", thread, {"action": "approve", "draft_id": current["draft_id"]})["publication"][
+            "created"
+        ]
+        is True
+    )
     [document] = server.reports_of(thread)
     assert document["draft_id"] == current["draft_id"] and document["approved_by"] == "bob"
     assert bob.threads.get(thread)["status"] == "idle"
+
+
+def test_a_draft_quoting_a_memory_erased_since_is_not_published_through_the_server(server: DevServer):
+    """ann's draft recalled one of her memories, which is erased before bob approves on the server:
+    nothing reaches the archive, the thread waits at the gate again, and a revise (which recalls
+    without it) publishes a report in which the memory's words are nowhere."""
+    import secrets
+    from datetime import UTC, datetime
+
+    from market_analyst.deps import open_memory
+    from market_analyst.state import Memory, memory_id
+
+    words = f"foundry-concentration-{secrets.token_hex(4)}"
+    memories = open_memory(server.settings())
+    note = Memory(
+        id=memory_id("remembered", "ann", words),
+        owner="ann",
+        kind="remembered",
+        text=f"watch {words}",
+        ticker="NVDA",
+        created_at=datetime.now(UTC),
+        said_by="ann",
+    )
+    memories.write([note])
+    ann, bob = server.client("ann"), server.client("bob")
+    thread = ann.threads.create()["thread_id"]
+    ann.runs.wait(thread, "analyst", input={"ticker": "NVDA", "question": "foundry risk?"})
+    asked = bob.threads.get_state(thread)["interrupts"][0]["value"]
+    assert words in asked["description"]  # the draft quotes it
+    assert memories.forget("ann", note.id)
+    keys = server.report_keys()
+
+    _resume(server, "bob", thread, {"action": "approve", "draft_id": asked["draft_id"]})
+    state = bob.threads.get_state(thread)
+    assert state["next"] == ["human_review"] and state["values"].get("publication") is None
+    assert server.report_keys() == keys
+
+    again = state["interrupts"][0]["value"]
+    assert "since erased" in again["refused"] and note.id in again["refused"]
+    assert "a revise re-drafts without them" in again["refused"] and "market-analyst" not in again["refused"]
+    _resume(server, "rita", thread, {"action": "revise", "draft_id": again["draft_id"], "note": "again"})
+    current = bob.threads.get_state(thread)["interrupts"][0]["value"]
+    assert words not in current["description"]
+    done = _resume(server, "bob", thread, {"action": "approve", "draft_id": current["draft_id"]})
+    assert done["publication"]["created"] is True
+    [document] = server.reports_of(thread)
+    assert words not in json.dumps(document)

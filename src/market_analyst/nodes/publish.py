@@ -71,12 +71,14 @@ def erased_quotes(draft: dict[str, Any], owner: str | None, memory: MemoryStore)
     return [m for m in quoted if memory.get(owner, str(m["id"])) is None]
 
 
-def erased_refusal(thread_id: str, erased: list[dict[str, Any]]) -> str:
-    """Why a draft quoting erased memories is not published, and the way on, in one line."""
+def erased_refusal(thread_id: str, erased: list[dict[str, Any]], *, cli: bool = True) -> str:
+    """Why a draft quoting erased memories is not published, and the way on, in one line (naming the
+    command line's `revise` only where the decision came through the command line's workflow)."""
     named = ", ".join(f"{m['id']} ({m.get('kind')}, {m.get('date')})" for m in erased)
+    way = f"'market-analyst revise {thread_id} --feedback ...'" if cli else "a revise"
     return (
         f"the draft of thread {thread_id} quotes {len(erased)} memory(ies) since erased ({named}), so it is "
-        f"not published: 'market-analyst revise {thread_id} --feedback ...' re-drafts without them"
+        f"not published: {way} re-drafts without them"
     )
 
 
@@ -102,11 +104,13 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
         # Sent here with no approval at all (a `Command(goto="publish")`): nothing is written and
         # this branch ends; where the gate waits beside it, it goes on waiting.
         return {}
-    if erased_quotes(state["draft"], state.get("user_id"), runtime.context.memory):
+    if erased := erased_quotes(state["draft"], state.get("user_id"), runtime.context.memory):
         # Erased after the draft recalled it: its words must not reach the archive. Every door that
-        # decides through the workflow refuses before this in one line; any other is sent back to
-        # the gate, and nothing is written.
-        return Command(goto=GATE, update={"approval": None})
+        # decides through the workflow refuses before this in one line; any other (LangGraph's
+        # server) is sent back to the gate, whose request then says why, and nothing is written.
+        return Command(
+            goto=GATE, update={"approval": None, "refused": erased_refusal(thread_id, erased, cli=False)}
+        )
     operation_id = operation_id_for(thread_id, draft_id)
     request = PublishRequest(
         operation_id=operation_id,
