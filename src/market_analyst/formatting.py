@@ -31,13 +31,26 @@ def two_decimals(value: Any) -> str:
     return "n/a" if value is None else f"{float(value):.2f}"
 
 
+# What an emoji sequence is made of: pictographs, symbols, skin tones and the emoji presentation
+# selector. A zero-width joiner between two of them joins them into one picture (a woman and a laptop
+# make a technologist); anywhere else it is invisible, and treated as such.
+_EMOJI = "[\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff\ufe0f]"
+EMOJI_JOINER = re.compile(f"(?<={_EMOJI})\u200d(?={_EMOJI})")
+
 # C0 and C1 control characters and DEL, except line feed and tab: a terminal would act on them. Then
 # the characters that change how text around them reads without being seen: bidirectional
-# overrides, embeddings, isolates and marks, zero-width spaces and joiners, the word joiner, the
-# byte order mark, and the line and paragraph separators.
+# overrides, embeddings, isolates and marks, zero-width spaces and joiners (but a joiner inside an
+# emoji sequence), the word joiner, the byte order mark, and the line and paragraph separators.
 _CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200c\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+    f"|(?<!{_EMOJI})\u200d|\u200d(?!{_EMOJI})"
 )
+
+
+def emoji_joiners(text: str) -> set[int]:
+    """Where `text` has a zero-width joiner inside an emoji sequence: the one invisible character a
+    text may hold."""
+    return {match.start() for match in EMOJI_JOINER.finditer(text)}
 
 
 def _escape(match: re.Match[str]) -> str:

@@ -19,6 +19,7 @@ from typing_extensions import TypedDict
 
 from market_analyst.choices import Horizon, MemoryKind, RiskTolerance
 from market_analyst.errors import UserError
+from market_analyst.formatting import emoji_joiners
 
 RISK_TOLERANCES: tuple[str, ...] = ("conservative", "moderate", "aggressive")
 HORIZONS: tuple[str, ...] = ("short", "medium", "long")
@@ -202,20 +203,35 @@ def check_memory_text(text: str) -> str:
         raise UserError("a memory needs some text: it is empty")
     if len(text) > MAX_MEMORY_CHARS:
         raise UserError(f"a memory is at most {MAX_MEMORY_CHARS} characters; this one has {len(text)}")
-    for char in text:
-        if unicodedata.category(char) in UNWRITABLE_CATEGORIES:
+    joiners = emoji_joiners(text)
+    for at, char in enumerate(text):
+        if unicodedata.category(char) in UNWRITABLE_CATEGORIES and at not in joiners:
             raise UserError(
                 f"a memory cannot hold control characters (found U+{ord(char):04X}): write it on one line"
             )
     return text
 
 
+# What ends a memory's text that was cut to fit (`memory_text`): the reader sees that more was said.
+CUT_MARK = "…"
+
+
 def memory_text(raw: str) -> str:
     """Recorded text (a note, a report's summary) as a memory's text: control characters become
-    spaces, runs of spaces one, cut to the memory limit, so what the workflow writes always passes
+    spaces (a joiner inside an emoji stays), runs of spaces one, and a text over the memory limit cut
+    at a word and marked with `CUT_MARK`, so what the workflow writes always passes
     `check_memory_text` (the whole text stays where it was recorded)."""
-    cleaned = "".join(" " if unicodedata.category(ch) in UNWRITABLE_CATEGORIES else ch for ch in raw)
-    return " ".join(cleaned.split())[:MAX_MEMORY_CHARS].strip()
+    joiners = emoji_joiners(raw)
+    cleaned = "".join(
+        " " if unicodedata.category(ch) in UNWRITABLE_CATEGORIES and at not in joiners else ch
+        for at, ch in enumerate(raw)
+    )
+    text = " ".join(cleaned.split())
+    if len(text) <= MAX_MEMORY_CHARS:
+        return text
+    cut = text[: MAX_MEMORY_CHARS - len(CUT_MARK)]
+    at_word = cut.rsplit(" ", 1)[0] if " " in cut[-80:] else cut  # a word boundary near the end
+    return at_word.rstrip() + CUT_MARK
 
 
 class Memory(BaseModel):

@@ -130,11 +130,29 @@ def test_an_owner_without_memories_loads_no_model(tmp_path: Path, edge_store: An
 
 
 def test_memory_text_is_checked() -> None:
-    for bad in ("", "   ", "x" * 1001, "line\nbreak", "bell\x07", "line\u2028separator", "zero\u200bwidth"):
+    for bad in (
+        "",
+        "   ",
+        "x" * 1001,
+        "line\nbreak",
+        "bell\x07",
+        "line\u2028separator",
+        "zero\u200bwidth",
+        "a lone\u200djoiner",
+        "\U0001f469\u200d joined to nothing",
+        "pay\u202eyap",
+    ):
         with pytest.raises(UserError):
             note("ann", "remembered", bad)
-    # An emoji newer than this Python's Unicode tables, or a private-use character, is data.
-    for good in ("watch the \U0001fae9 supply", "logo \ue000 mark"):
+    # An emoji newer than this Python's Unicode tables, a private-use character, or an emoji sequence
+    # joined by U+200D (a technologist, a family, a rainbow flag) is data.
+    for good in (
+        "watch the \U0001fae9 supply",
+        "logo \ue000 mark",
+        "ask the \U0001f469\u200d\U0001f4bb team",
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467 fund",
+        "\U0001f3f3\ufe0f\u200d\U0001f308 index",
+    ):
         assert note("ann", "remembered", good).text == good
 
 
@@ -145,6 +163,13 @@ def test_what_the_workflow_records_always_makes_a_valid_memory() -> None:
 
     for raw in ("fine\x07 but\nwatch \u2028 suppliers\u200b \U0001fae9", "x" * 5000, "\ue000 ok"):
         assert check_memory_text(memory_text(raw)) == memory_text(raw)
+    # A text over the limit is cut at a word, and the cut is marked; an emoji sequence stays whole.
+    long = memory_text("the margin story " * 100)
+    assert len(long) <= 1000 and long.endswith("\u2026")
+    assert ("the margin story " * 100).startswith(long[:-1] + " ")  # whole words, cut between two
+    assert memory_text("x" * 5000) == "x" * 999 + "\u2026"
+    assert memory_text("ask \U0001f469\u200d\U0001f4bb now") == "ask \U0001f469\u200d\U0001f4bb now"
+    assert memory_text("short note") == "short note"  # no mark where nothing was cut
 
 
 def test_replaced_memories_are_kept_but_never_recalled(store: Any) -> None:

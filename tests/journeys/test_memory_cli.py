@@ -131,11 +131,17 @@ def test_every_mistake_is_one_line_and_exit_2(mem_cli: Cli) -> None:
         (("remember", "--user", "bad user", "fine"), "invalid user ID"),
         (("prune", "--memories-older-than", "a year", "--yes"), "not an age"),
         (("prune", "--yes"), "--memories-older-than"),
+        (("remember", "--user", "ann", "a lone\u200djoiner"), "U+200D"),
     ]
     for args, expected in cases:
         failed = cli.fails(*args)
         assert failed.returncode == 2 and expected in failed.stderr, (args, failed.stderr)
     assert _ids(cli, "--user", "ann") == [mine] and _ids(cli, "--user", "bob") == []  # nothing changed
+    # An emoji sequence joined by U+200D is a note like any other, shown as it was typed.
+    team = "ask the \U0001f469\u200d\U0001f4bb team about margins"
+    kept = cli.ok("remember", "--user", "ann", team, "--json").json()["id"]
+    assert cli.ok("memories", "show", kept, "--user", "ann", "--json").json()["text"] == team
+    assert team in cli.ok("memories", "list", "--user", "ann").stdout
 
 
 def test_eight_processes_remembering_for_one_user_at_once_lose_none(mem_cli: Cli) -> None:
