@@ -78,6 +78,12 @@ class _NoMemory:
     def holding(self, test: Callable[[Memory], bool]) -> builtins.list[Memory]:
         return []
 
+    def current_of(self, owner: str, memory_id: str) -> str | None:
+        return None
+
+    def to_revive(self, owner: str, memory_id: str) -> Memory | None:
+        return None
+
     def erase(self, ids: Collection[str]) -> int:
         return 0
 

@@ -194,6 +194,36 @@ def test_replaced_memories_are_kept_but_never_recalled(store: Any) -> None:
         store.replace("bob", ANN[0].id, note("bob", "remembered", "not mine to replace"))
 
 
+def test_a_chain_of_replacements_keeps_one_current_memory_and_forgetting_it_brings_back_the_one_before(
+    store: Any,
+) -> None:
+    first = note("ann", "remembered", "Watch foundry concentration", ticker="NVDA", days_ago=3)
+    second = note(
+        "ann", "remembered", "Watch foundry concentration: one fab makes them", ticker="NVDA", days_ago=2
+    )
+    third = note(
+        "ann", "remembered", "Foundry concentration eased: a second fab opened", ticker="NVDA", days_ago=1
+    )
+    store.write([first])
+    store.replace("ann", first.id, second)
+    with pytest.raises(UserError, match=f"already replaced by {second.id}: give --replaces {second.id}"):
+        store.replace("ann", first.id, third)  # a second "current" version of the first: refused
+    assert [m.id for m in store.list("ann")] == [second.id]  # nothing was written
+    store.replace("ann", second.id, third)
+    assert store.current_of("ann", first.id) == third.id and store.current_of("ann", third.id) is None
+    with pytest.raises(UserError, match=f"give --replaces {third.id}"):
+        store.replace("ann", first.id, note("ann", "remembered", "yet another"))
+
+    assert store.to_revive("ann", third.id) == store.get("ann", second.id)
+    assert store.to_revive("ann", second.id) is None  # not the current end: forgetting it revives none
+    assert store.forget("ann", third.id)
+    assert [m.id for m in store.list("ann")] == [second.id]  # the one before is current again
+    assert second.id in [m.id for m in store.recall("ann", "foundry concentration fab", now=NOW)]
+    assert store.forget("ann", second.id)
+    assert [m.id for m in store.list("ann")] == [first.id]
+    assert store.forget("ann", first.id) and store.list("ann", include_superseded=True) == []
+
+
 def test_forget_one_and_prune_by_age(store: Any) -> None:
     ancient = note("bob", "feedback", "Two years ago: explain the margin squeeze", days_ago=800)
     store.write([*ANN, ancient])

@@ -83,10 +83,13 @@ def test_remember_recall_replace_forget_each_in_its_own_process(
     shown = cli.ok("memories", "show", second["id"], "--user", "ann").stdout
     assert "foundry dependence" in shown and f"replaces:    {first['id']}" in shown
 
-    cli.ok("memories", "forget", second["id"], "--user", "ann")
-    assert _ids(cli, "--user", "ann") == []
-    assert store.recall("ann", "supplier concentration foundry TSMC", ticker="NVDA", limit=10) == []
+    cli.ok("memories", "forget", second["id"], "--user", "ann")  # the one it replaced comes back
+    assert _ids(cli, "--user", "ann") == [first["id"]]
+    assert [m.id for m in store.recall("ann", "supplier concentration foundry TSMC", ticker="NVDA")] == [
+        first["id"]
+    ]
     cli.ok("memories", "forget", first["id"], "--user", "ann")
+    assert store.recall("ann", "supplier concentration foundry TSMC", ticker="NVDA", limit=10) == []
     assert _ids(cli, "--user", "ann", "--all") == []
     assert cli.ok("memories", "list", "--user", "ann").stderr.strip() == "No memories."
 
@@ -343,3 +346,26 @@ def test_the_embedder_is_chosen_by_setting_and_a_change_asks_for_reindex(mem_cli
         assert len(no_key.stderr.strip().splitlines()) == 1
     finally:
         server.close()
+
+
+def test_a_chain_of_replacements_holds_on_the_command_line(mem_cli: Cli) -> None:
+    """`--replaces` on a memory already replaced is refused naming the current one; keeping a replaced
+    text again is refused, pointing at `--replaces`; forgetting the current memory says that the one
+    it replaced is recalled again, and it is."""
+    cli = mem_cli
+    first = cli.ok("remember", "--user", "ann", "Watch the fab", "--json").json()["id"]
+    second = cli.ok("remember", "--user", "ann", "Watch both fabs", "--replaces", first, "--json").json()[
+        "id"
+    ]
+    refused = cli.fails("remember", "--user", "ann", "Watch three fabs", "--replaces", first)
+    assert (
+        refused.returncode == 2
+        and f"already replaced by {second}: give --replaces {second}" in refused.stderr
+    )
+    again = cli.fails("remember", "--user", "ann", "Watch the fab")
+    assert again.returncode == 2 and f"remember it with --replaces {second}" in again.stderr
+    assert _ids(cli, "--user", "ann") == [second]  # neither wrote anything
+    forgot = cli.ok("memories", "forget", second, "--user", "ann")
+    assert f"Memory {first}, which it had replaced, is recalled again." in forgot.stdout
+    assert _ids(cli, "--user", "ann") == [first]
+    assert cli.ok("memories", "forget", first, "--user", "ann", "--json").json()["recalled_again"] is None

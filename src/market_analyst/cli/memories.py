@@ -119,11 +119,22 @@ def forget_memory(
     """Erase one memory; later runs no longer recall it."""
     from market_analyst.workflow.memories import forget_memory as erase
 
-    erased, quoted = erase(load_settings(), user, memory_id)
+    done = erase(load_settings(), user, memory_id)
+    quoted, revived = done.quoted, done.revived
     if json_output:
-        emit_json({"id": erased, "forgotten": True, "threads": quoted.threads, "reports": quoted.reports})
+        emit_json(
+            {
+                "id": done.memory_id,
+                "forgotten": True,
+                "threads": quoted.threads,
+                "reports": quoted.reports,
+                "recalled_again": revived.id if revived else None,
+            }
+        )
     else:
-        print(f"Forgot memory {erased}.")
+        print(f"Forgot memory {done.memory_id}.")
+        if revived is not None:
+            print(f"Memory {revived.id}, which it had replaced, is recalled again.")
         if quoted.threads or quoted.reports:
             print(
                 f"Its words were taken out of {len(quoted.threads)} thread(s) and {len(quoted.reports)} "

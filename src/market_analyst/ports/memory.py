@@ -53,7 +53,16 @@ class MemoryStore(Protocol):
         ...
 
     def forget(self, owner: str, memory_id: str) -> bool:
-        """Erase one of `owner`'s memories; False when `owner` has none with that ID."""
+        """Erase one of `owner`'s memories; False when `owner` has none with that ID. Forgetting the
+        live end of a chain of replacements brings the memory it replaced back into recall."""
+        ...
+
+    def current_of(self, owner: str, memory_id: str) -> str | None:
+        """The live memory that (through a chain of replacements) replaced `memory_id`, if any."""
+        ...
+
+    def to_revive(self, owner: str, memory_id: str) -> Memory | None:
+        """The memory that forgetting `memory_id` would bring back into recall (the one it replaced)."""
         ...
 
     def forget_user(self, owner: str) -> int:

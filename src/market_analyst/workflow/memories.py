@@ -3,6 +3,8 @@ and re-embed every memory after a change of model. The CLI renders what these re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from market_analyst.deps import open_memory
 from market_analyst.errors import UserError
 from market_analyst.market_data import normalize_ticker
@@ -44,6 +46,11 @@ def remember(
         replaces=old,
     )
     store = open_memory(settings)
+    kept = store.get(owner, memory.id)
+    if kept is not None and kept.superseded and old is None:
+        current = store.current_of(owner, memory.id)
+        hint = f"; to bring it back, remember it with --replaces {current}" if current else ""
+        raise UserError(f"this note was kept before as memory {memory.id} and has been replaced{hint}")
     if old is None:
         store.write([memory])
     else:
@@ -65,9 +72,20 @@ def show_memory(settings: Settings, user: str | None, memory_ref: str) -> Memory
     return memory
 
 
-def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> tuple[str, SaidBy]:
+@dataclass(frozen=True)
+class Forgotten:
+    """What `memories forget` did: the memory erased, where its words were taken out, and the memory
+    it had replaced, recalled again from now on (None when it replaced none that is kept)."""
+
+    memory_id: str
+    quoted: SaidBy
+    revived: Memory | None
+
+
+def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> Forgotten:
     """Erase the user's memory `memory_ref`, after taking its text out of the user's threads and
-    reports that quoted it; `UserError` when the user has none of that ID."""
+    reports that quoted it; `UserError` when the user has none of that ID. Forgetting the current
+    end of a chain of replacements brings back the memory it replaced."""
     owner, memory_ref = chosen_user(settings, user), check_memory_ref(memory_ref)
     store = open_memory(settings)
     memory = store.get(owner, memory_ref)
@@ -80,9 +98,10 @@ def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> tupl
             f"thread(s) {', '.join(quoted.busy)} quoting memory {memory_ref} were busy; nothing was "
             "forgotten yet: run it again"
         )
+    revived = store.to_revive(owner, memory_ref)
     if not store.forget(owner, memory_ref):
         raise _missing(memory_ref, owner)
-    return memory_ref, quoted
+    return Forgotten(memory_ref, quoted, revived)
 
 
 def reindex_memories(settings: Settings) -> int:

@@ -143,8 +143,9 @@ class BaseMemoryStore(ABC):
         finishes it."""
 
     @abstractmethod
-    def _forget(self, owner: str, memory_id: str) -> bool:
-        """Erase `memory_id` if `owner` owns it; False when not."""
+    def _forget(self, owner: str, memory_id: str, revive: str | None = None) -> bool:
+        """Erase `memory_id` if `owner` owns it (False when not), first making `revive` (the memory it
+        replaced) live again: a kill between leaves both live, and a repeat finishes it."""
 
     @abstractmethod
     def write(self, memories: Sequence[Memory]) -> None:
@@ -196,12 +197,42 @@ class BaseMemoryStore(ABC):
             raise UserError(f"a memory of {new.owner} cannot replace one of {owner}")
         if new.id == old_id:
             raise UserError(f"memory {old_id} already says that")
-        if self.get(owner, old_id) is None:
+        old = self.get(owner, old_id)
+        if old is None:
             raise self._no_memory(owner, old_id)
+        if old.superseded:  # a chain has one current memory: replace that one
+            raise self.replaced_already(owner, old_id)
         self._supersede(owner, old_id, new.model_copy(update={"replaces": old_id, "superseded": False}))
 
+    def current_of(self, owner: str, memory_id: str) -> str | None:
+        """The live memory that replaced `memory_id`, following the chain (None: none is live)."""
+        chain = {m.replaces: m for m in self.list(owner, include_superseded=True) if m.replaces}
+        seen, at = {memory_id}, chain.get(memory_id)
+        while at is not None and at.superseded and at.id not in seen:
+            seen.add(at.id)
+            at = chain.get(at.id)
+        return at.id if at is not None and not at.superseded else None
+
+    def replaced_already(self, owner: str, memory_id: str) -> UserError:
+        """The refusal of a change to a memory that a newer one replaced, naming the current one."""
+        current = self.current_of(owner, memory_id)
+        if current is None:
+            return UserError(f"memory {memory_id} was replaced, and nothing that replaced it is kept")
+        return UserError(f"memory {memory_id} was already replaced by {current}: give --replaces {current}")
+
+    def to_revive(self, owner: str, memory_id: str) -> Memory | None:
+        """The memory that forgetting `memory_id` brings back into recall: the one it replaced, when
+        `memory_id` is the live end of its chain."""
+        memory = self.get(owner, memory_id)
+        if memory is None or memory.superseded or memory.replaces is None:
+            return None
+        before = self.get(owner, memory.replaces)
+        return before if before is not None and before.superseded else None
+
     def forget(self, owner: str, memory_id: str) -> bool:
-        return self._forget(validate_user_id(owner), check_memory_ref(memory_id))
+        owner, memory_id = validate_user_id(owner), check_memory_ref(memory_id)
+        before = self.to_revive(owner, memory_id)
+        return self._forget(owner, memory_id, revive=before.id if before is not None else None)
 
     def forget_user(self, owner: str) -> int:
         return self._erase_matching(self._owner_filter(validate_user_id(owner), live_only=False))

@@ -30,7 +30,14 @@ from market_analyst.files import private_tree, refuse_under_file
 from market_analyst.persistence.memory.base import BaseMemoryStore, Recall, every_page
 from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.owners import OwnerMarkers, marker_key
-from market_analyst.persistence.memory.points import META_VERSION, SUPERSEDED, from_payload, iso_z, to_payload
+from market_analyst.persistence.memory.points import (
+    LIVE,
+    META_VERSION,
+    SUPERSEDED,
+    from_payload,
+    iso_z,
+    to_payload,
+)
 from market_analyst.persistence.memory.search import edge_query, owner_filter
 from market_analyst.persistence.qdrant import edge_shard
 from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, lock_file, wait_while_busy
@@ -312,10 +319,14 @@ class EdgeMemoryStore(BaseMemoryStore):
             shard.update(UpdateOperation.upsert_points(points))
             shard.update(UpdateOperation.set_payload([old_id], {"status": SUPERSEDED}))
 
-    def _forget(self, owner: str, memory_id: str) -> bool:
+    def _forget(self, owner: str, memory_id: str, revive: str | None = None) -> bool:
+        from qdrant_edge import UpdateOperation
+
         with self._session() as shard:
             if shard is None or self._owned(owner, shard.retrieve([memory_id], True, False)) is None:
                 return False
+            if revive is not None and self._owned(owner, shard.retrieve([revive], True, False)) is not None:
+                shard.update(UpdateOperation.set_payload([revive], {"status": LIVE}))
             self._swap(shard, drop={memory_id})
             return True
 

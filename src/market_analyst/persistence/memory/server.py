@@ -191,10 +191,12 @@ class QdrantMemoryStore(BaseMemoryStore):
             client.upsert(self.collection, points, wait=True)  # the new one first, as on Edge
             client.set_payload(self.collection, payload={"status": SUPERSEDED}, points=[old_id], wait=True)
 
-    def _forget(self, owner: str, memory_id: str) -> bool:
+    def _forget(self, owner: str, memory_id: str, revive: str | None = None) -> bool:
         with self._client() as client:
             if not self._exists(client) or self._owned(owner, self._retrieve(client, memory_id)) is None:
                 return False
+            if revive is not None and self._owned(owner, self._retrieve(client, revive)) is not None:
+                client.set_payload(self.collection, payload={"status": LIVE}, points=[revive], wait=True)
             return self._delete(client, [memory_id]) == 1
 
     # -- the port's writes ---------------------------------------------------------------------
