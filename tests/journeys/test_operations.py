@@ -505,3 +505,30 @@ def test_forget_including_said_by_killed_anywhere_is_finished_by_running_it_agai
         assert [p.name for p in (cli.data_dir / "keys").glob("*.next.json")] == [], point
         assert before and all(line.startswith("refused: ") for line in open_sealed(cli.env, before)), point
     assert killed >= 5, killed
+
+
+def test_forget_including_said_by_with_a_thread_busy_erases_nothing_until_run_again(cli: Cli):
+    """One of bob's threads quoting the reviewer is busy: `forget --including-said-by` says so, exits 2
+    and erases nothing of the reviewer's (their profile, their memories of bob's, the audit log's
+    notes), so that the run after the lease is free still finds every place their words are."""
+    from tests.support.lease_holder import hold_lease
+
+    reviewer, words = unique_id("busyrev"), f"busy-reviewer-words-{unique_id('w')}"
+    cli.ok("profile", "set", "--user", reviewer, "--notes", "the reviewer's own profile")
+    thread = cli.ok("analyze", "NVDA", "--user", "bob", "--json").json()["thread_id"]
+    cli.ok("revise", thread, "--user", reviewer, "--feedback", words)
+    busy = cli.ok("analyze", "NVDA", "--user", "bob", "--json").json()["thread_id"]  # recalls the feedback
+    holder = hold_lease(cli.harness, busy, cli.env)
+    try:
+        refused = cli.fails("forget", "--user", reviewer, "--including-said-by", "--yes")
+        assert refused.returncode == 2 and busy in refused.stderr and "run forget again" in refused.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert words in cli.ok("memories", "list", "--user", "bob", "--json").stdout  # the source is kept
+    assert cli.ok("profile", "show", "--user", reviewer, "--json").json()["source"] == "stored"
+    assert any(e.get("note") == words for e in cli.ok("audit", "list", "--json").json())
+    done = cli.ok("forget", "--user", reviewer, "--including-said-by", "--yes", "--json").json()
+    assert busy in done["said_by"]["threads"] and done["said_by"]["memories"] == 1
+    for shown in (cli.ok("status", busy, "--json"), cli.ok("history", thread, "--json")):
+        assert words not in shown.stdout

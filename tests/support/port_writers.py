@@ -170,3 +170,18 @@ def rekey_data_keys(environ: dict[str, str], shared: list[str]) -> list[bool]:
         keyring.stage(thread)
         promoted.append(keyring.promote(thread))
     return promoted
+
+
+def redact_phrase(environ: dict[str, str], key: str, phrase: str) -> list[str]:
+    """Take `phrase` out of the archived report `key`'s Markdown, as an erasure does: the old and new
+    SHA-256 the archive recorded, or [] when it found nothing to change."""
+    from market_analyst.deps import open_archive
+
+    recorded: list[str] = []
+
+    def change(document: dict[str, Any]) -> dict[str, Any]:
+        return {**document, "markdown": document["markdown"].replace(phrase, "[redacted]")}
+
+    archive = open_archive(records_settings(environ))
+    archive.redact(key, change, lambda old, new: recorded.extend([old, new]))
+    return recorded

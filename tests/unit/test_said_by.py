@@ -23,17 +23,57 @@ def test_every_form_of_the_words_goes_and_nothing_else():
     words = Words.of("ann", ["Mind the *margin* squeeze", "ok"])
     text = f"Feedback: {plain('Mind the *margin* squeeze')} (addressed). Bob said it looks ok to him."
     assert words.out_of(text) == f"Feedback: {REDACTED} (addressed). Bob said it looks ok to him."
-    assert words.out_of("ok") == REDACTED  # a short note goes only where it is the whole value
+    assert words.out_of("ok", whole=True) == REDACTED  # a short note goes only where it is hers whole
+    assert words.out_of("ok") == "ok"
     assert words.out_of('["Mind the *margin* squeeze"]') == f'["{REDACTED}"]'
     assert words.out_of("Mind  the *margin*\nsqueeze") == "Mind  the *margin*\nsqueeze"  # not hers
     assert words.out_of(words.out_of(text)) == words.out_of(text)
 
 
 def test_the_marker_is_never_taken_for_words_and_a_second_pass_changes_nothing():
-    words = Words.of("ann", ["the words of an erased user", REDACTED])
-    once = words.out_of("she wrote: the words of an erased user")
-    assert once == f"she wrote: {REDACTED}"
+    """A form inside the marker ("erased user") is not searched, or a second pass would nest markers;
+    one pass replaces the longest form first, and never looks into what it put in."""
+    words = Words.of("ann", [REDACTED, "erased user", "long words of an erased user here", "a margin story"])
+    assert "erased user" not in words.forms and REDACTED not in words.forms
+    once = words.out_of("x long words of an erased user here y, and a margin story")
+    assert once == f"x {REDACTED} y, and {REDACTED}"
     assert words.out_of(once) is once
+
+
+def test_structure_is_never_rewritten_whatever_the_note_said():
+    """Notes that read like a field's value ("approve", "buy", "approved", "snapshot") change only free
+    text: a decision's action, a recommendation, a status or a data source stay as they are."""
+    for said in ("approve", "buy", "approved", "snapshot", "rejected", "NVDA"):
+        words = Words.of("ann", [said])
+        state = {
+            "approval": {"decision": "approved", "by": "carol", "note": "fine", "draft_id": "d1"},
+            "decision": {"action": "approve", "by": "carol", "note": "ok", "draft_id": "d1"},
+            "draft": {
+                "recommendation": "buy",
+                "ticker": "NVDA",
+                "data_source": "snapshot",
+                "markdown": "Report",
+            },
+        }
+        assert _walk(state, words, _plainly) is state, said
+    words = Words.of("ann", ["watch the foundry"])
+    decision = {
+        "action": "approve",
+        "by": "carol",
+        "note": "as ann said: watch the foundry",
+        "draft_id": "d1",
+    }
+    assert _walk(decision, words, _plainly) == {**decision, "note": f"as ann said: {REDACTED}"}
+
+
+def test_her_own_decisions_lose_their_note_whatever_its_length_and_others_keep_theirs():
+    words = Words.of("ann", ["ok"])
+    approvals = [
+        {"action": "approve", "by": "ann", "note": "ok", "draft_id": "d1"},
+        {"action": "approve", "by": "carol", "note": "ok", "draft_id": "d1"},
+    ]
+    walked = _walk(approvals, words, _plainly, key="approvals")
+    assert [a["note"] for a in walked] == [REDACTED, "ok"] and walked[1] is approvals[1]
 
 
 def test_an_untouched_value_is_the_very_object_and_a_touched_one_is_rebuilt_around_the_change():
@@ -52,6 +92,7 @@ def test_an_untouched_value_is_the_very_object_and_a_touched_one_is_rebuilt_arou
     assert walked["feedback"] == [REDACTED] and walked["n"] == 3
     assert walked["pending"][0].value == {"description": f"- {REDACTED}"} and walked["pending"][0].id == "i1"
     assert value["feedback"] == ["cut the target price"]  # the original is left as it was
+    assert _walk(["cut the target price"], words, _plainly, key="feedback") == [REDACTED]  # a channel
 
 
 def test_a_sealed_decision_is_sealed_again_over_the_redacted_note():

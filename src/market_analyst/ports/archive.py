@@ -87,11 +87,12 @@ class ReportStore(ArchiveWriter, Protocol):
         ...
 
     def redact(
-        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+        self, key: str, change: Callable[[dict[str, Any]], dict[str, Any]], record: Callable[[str, str], None]
     ) -> tuple[str, str] | None:
-        """Replace the document under `key` by the same report with an erased person's words taken
-        out, in one step, after `record(old, new)` was given the SHA-256 of the old bytes and of the
-        new (so the audit log has it first); those hashes, or None when `key` holds nothing."""
+        """Replace the document under `key` by `change(stored document)`: the same report with an
+        erased person's words taken out, made from what it holds now and written in one step, after
+        `record(old, new)` was given the SHA-256 of the old bytes and of the new (so the audit log has
+        them first). Returns those hashes, or None when `key` holds nothing or nothing changed."""
         ...
 
     def search(

@@ -107,10 +107,10 @@ class CheckpointBackend(Protocol):
         or new); how many values were sealed. Call it holding the thread's lease."""
         ...
 
-    def rekey_thread(self, thread_id: str, change: Callable[[Any], Any]) -> int:
-        """Re-write every value of the thread through `change` (a value it leaves alone comes back as
-        it was) under a new data key, at once, then erase the old key, so every older copy is
-        unreadable; how many values changed. Call it holding the thread's lease."""
+    def rekey_thread(self, thread_id: str, change: Callable[[str, Any], Any]) -> int:
+        """Re-write every value of the thread through `change(channel, value)` (a value it leaves
+        alone comes back as it was) under a new data key, at once, then erase the old key, so every
+        older copy is unreadable; how many values changed. Call it holding the thread's lease."""
         ...
 
     def rekey_interrupted(self, thread_id: str) -> bool:

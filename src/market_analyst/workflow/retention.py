@@ -5,6 +5,7 @@ both can simply be run again after a kill: every step is idempotent."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -159,7 +160,7 @@ def unquote(settings: Settings, texts: dict[str, list[str]], *, why: str, dry_ru
                 run,
                 Words.of(owner, said),
                 rows=_all_rows(run, ThreadQuery(user_id=owner, limit=_PAGE)),
-                reports=reports_of(archive, owner.__eq__),
+                reports=functools.partial(reports_of, archive, owner.__eq__),
                 archive=archive,
                 audit=audit,
                 why=why,
@@ -169,7 +170,7 @@ def unquote(settings: Settings, texts: dict[str, list[str]], *, why: str, dry_ru
             total.reports += found.reports
             total.busy += found.busy
             total.unreadable += found.unreadable
-    if total.threads and not dry_run:
+    if (total.threads or total.reports) and not dry_run:
         compact_after_erasure(settings)
     return total
 
@@ -224,7 +225,8 @@ def forget_user(
             seal, at = decision_seal(settings), settings.now().isoformat(timespec="seconds")
             result.said_by = words.redact((seal, seal.for_doors()), at)
             result.said_by_redacted = True
-            result.busy += result.said_by.busy
+            if result.said_by.busy:  # stop before anything of theirs goes: the audit log names their words
+                raise _busy(result.said_by.busy, "forget")
         else:
             result.said_by = words.found()
         keys = {k.thread_id for k in keyring.store.keys() if k.owner == user or k.thread_id in theirs}

@@ -13,7 +13,9 @@ person decided this draft) still holds. X's name stays where it records who deci
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +31,23 @@ from market_analyst.workflow.graph_run import Run
 from market_analyst.workflow.views import UnreadableThread, saved_values
 
 REDACTED = "[redacted: the words of an erased user]"
-# A text shorter than this is taken out only where a value is exactly that text: inside a longer
-# one, "ok" or "fine" would take other people's words with it.
+# A text shorter than this is taken out only where a value is exactly that text and the field says
+# whose words it holds: inside a longer one, "ok" or "fine" would take other people's words with it.
 SHORTEST_QUOTED = 8
 # The memories whose whole text is what `said_by` said; a report's memory names its approvers but
 # holds the analyst's words.
 WORD_KINDS = frozenset({"feedback", "rejection", "approval_note"})
+# The fields that hold people's and the analyst's words (and everything inside them: a message's
+# content blocks, a tool call's arguments). Every other field is structure (IDs, kinds, statuses,
+# actions, recommendations, tickers, sources, dates, hashes, seals), and is never changed: a note
+# that reads "approve" or "buy" must not rewrite a decision's action or a report's recommendation.
+FREE_TEXT = frozenset(
+    {
+        "note", "feedback", "markdown", "description", "text", "content", "headline", "summary",
+        "framing", "facts", "question", "response", "memory_response", "refused", "approval_note",
+        "risk_factors", "args", "arguments", "reason",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -52,43 +65,57 @@ class Words:
             text = raw.strip()
             if text and text != REDACTED:
                 found |= {text, memory_text(text), plain(text), json.dumps(text)[1:-1]}
-        found -= {"", REDACTED}
+        found = {form for form in found if form and form not in REDACTED}  # the marker is never words
         return cls(speaker, tuple(sorted(found, key=lambda form: (-len(form), form))))  # longest first
 
-    def out_of(self, text: str) -> str:
-        """`text` with the speaker's words replaced by `REDACTED` (the same object when none were
-        there; a marker already in place is left as it is, so a second pass changes nothing)."""
+    @functools.cached_property
+    def _quoted(self) -> re.Pattern[str] | None:
+        long = [re.escape(form) for form in self.forms if len(form) >= SHORTEST_QUOTED]
+        return re.compile("|".join(long)) if long else None
+
+    def out_of(self, text: str, *, whole: bool = False) -> str:
+        """`text` with the speaker's words replaced by `REDACTED`, in one pass over it (a marker it
+        puts in is never searched again, so a second pass changes nothing); with `whole`, where the
+        field holds the speaker's own words, a shorter text is replaced too when it is the whole
+        value. The same object when nothing was there."""
         if not self.forms or not text:
             return text
-        if text in self.forms:
+        if text in self.forms and (whole or len(text) >= SHORTEST_QUOTED):
             return REDACTED
-        parts = text.split(REDACTED)
-        for form in self.forms:
-            if len(form) >= SHORTEST_QUOTED:
-                parts = [part.replace(form, REDACTED) for part in parts]
-        new = REDACTED.join(parts)
+        if self._quoted is None:
+            return text
+        new = self._quoted.sub(REDACTED, text)
         return text if new == text else new
 
-    def held_in(self, value: Any) -> bool:
-        return _walk(value, self, lambda _old, new: new) is not value
+    def held_in(self, value: Any, channel: str | None = None) -> bool:
+        return _walk(value, self, _unsealed, key=channel) is not value
 
 
 Reseal = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
-def _walk(value: Any, words: Words, reseal: Reseal) -> Any:
-    """`value` with `words` taken out of every string in it, rebuilt only where something changed
-    (an untouched value comes back as the very object). A dict that changed is passed to `reseal`
-    with the original, so a sealed decision can be sealed again."""
+def _unsealed(_old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    return new
+
+
+def _walk(value: Any, words: Words, reseal: Reseal, *, key: str | None = None, free: bool = False) -> Any:
+    """`value` with `words` taken out of its free text (see `FREE_TEXT`; `key` is the field or channel
+    it is the value of), rebuilt only where something changed (an untouched value comes back as the
+    very object). A dict that changed is passed to `reseal` with the original, so a sealed decision
+    can be sealed again; a decision or approval the speaker made loses its note whatever its length."""
+    free = free or key in FREE_TEXT
     if isinstance(value, str):
-        return words.out_of(value)
+        return words.out_of(value, whole=key == "feedback") if free else value
     if isinstance(value, dict):
-        items = {key: _walk(item, words, reseal) for key, item in value.items()}
-        if all(items[key] is value[key] for key in value):
+        items = {name: _walk(item, words, reseal, key=str(name), free=free) for name, item in value.items()}
+        note = items.get("note")
+        if value.get("by") == words.speaker and isinstance(note, str) and note.strip() and note != REDACTED:
+            items["note"] = REDACTED
+        if all(items[name] is value[name] for name in value):
             return value
         return reseal(value, items)
     if isinstance(value, list | tuple):
-        walked = [_walk(item, words, reseal) for item in value]
+        walked = [_walk(item, words, reseal, key=key, free=free) for item in value]
         if all(new is old for new, old in zip(walked, value, strict=True)):
             return value
         if isinstance(value, list):
@@ -96,16 +123,16 @@ def _walk(value: Any, words: Words, reseal: Reseal) -> Any:
         return type(value)(*walked) if hasattr(value, "_fields") else tuple(walked)
     if isinstance(value, BaseModel):
         fields = {name: getattr(value, name) for name in type(value).model_fields}
-        changed = {name: _walk(item, words, reseal) for name, item in fields.items()}
+        changed = {name: _walk(item, words, reseal, key=name, free=free) for name, item in fields.items()}
         changed = {name: item for name, item in changed.items() if item is not fields[name]}
         return value.model_copy(update=changed) if changed else value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in dataclasses.fields(value) if f.init]
-        changed = {name: _walk(getattr(value, name), words, reseal) for name in names}
+        changed = {name: _walk(getattr(value, name), words, reseal, key=name, free=free) for name in names}
         changed = {name: item for name, item in changed.items() if item is not getattr(value, name)}
         return dataclasses.replace(value, **changed) if changed else value
     if type(value).__name__ == "Send" and hasattr(value, "arg"):
-        arg = _walk(value.arg, words, reseal)
+        arg = _walk(value.arg, words, reseal, free=free)
         return value if arg is value.arg else type(value)(value.node, arg)
     return value
 
@@ -122,10 +149,10 @@ def _notes_by(value: Any, speaker: str) -> Iterable[str]:
             yield from _notes_by(item, speaker)
 
 
-def _values(run: Run, thread_id: str, unreadable: list[str]) -> list[Any]:
-    """Every value the thread holds, opened; [] (the thread named in `unreadable`) when it cannot be
-    read here: its key erased or held elsewhere, or a type refused. Its words cannot be read either,
-    and it is left as it is."""
+def _values(run: Run, thread_id: str, unreadable: list[str]) -> list[tuple[str, Any]]:
+    """Every value the thread holds, opened, with its channel; [] (the thread named in `unreadable`)
+    when it cannot be read here: its key erased or held elsewhere, or a type refused. Its words
+    cannot be read either, and it is left as it is."""
     try:
         return saved_values(run.backend.saver, thread_id)
     except UnreadableThread:
@@ -151,9 +178,10 @@ class SaidBy:
 
 
 class Quotes:
-    """Where `words` appear in the threads of `rows` and in the archived `reports`, and how they come
-    out: a thread re-written under a new data key (its decisions sealed again), a report re-written
-    under its key after the audit log recorded its old and new content hashes."""
+    """Where `words` appear in the threads of `rows` and in the archived reports `reports` lists (asked
+    when they are searched, so a report published meanwhile is not missed), and how they come out: a
+    thread re-written under a new data key (its decisions sealed again), a report re-written under
+    its key, from what it holds then, after the audit log recorded its old and new content hashes."""
 
     def __init__(
         self,
@@ -161,7 +189,7 @@ class Quotes:
         words: Words,
         *,
         rows: list[ThreadRow],
-        reports: list[dict[str, Any]],
+        reports: Callable[[], list[dict[str, Any]]],
         archive: ReportStore,
         audit: AuditRecords,
         why: str,
@@ -177,9 +205,9 @@ class Quotes:
         threads = [
             row.thread_id
             for row in self.rows
-            if any(self.words.held_in(value) for value in _values(self.run, row.thread_id, self.unreadable))
+            if any(self.words.held_in(v, c) for c, v in _values(self.run, row.thread_id, self.unreadable))
         ]
-        reports = [str(d["key"]) for d in self.reports if self.words.held_in(d)]
+        reports = [str(d["key"]) for d in self.reports() if self.words.held_in(d)]
         return SaidBy(threads, 0, reports, unreadable=self.unreadable)
 
     def redact(self, seals: tuple[DecisionSeal, ...], at: str) -> SaidBy:
@@ -194,13 +222,12 @@ class Quotes:
                     result.threads.append(row.thread_id)
             except ThreadBusy:
                 result.busy.append(row.thread_id)
-        for document in self.reports:
-            redacted = _walk(document, self.words, lambda _old, new: new)
-            if redacted is not document and self._redact_report(document, redacted, at):
+        for document in self.reports():  # listed after the threads: what they published is in it
+            if self.words.held_in(document) and self._redact_report(document, at):
                 result.reports.append(str(document["key"]))
         return result
 
-    def _redact_report(self, document: dict[str, Any], redacted: dict[str, Any], at: str) -> bool:
+    def _redact_report(self, document: dict[str, Any], at: str) -> bool:
         key = str(document["key"])
 
         def record(old: str, new: str) -> None:  # first: a kill before the write leaves it to a re-run
@@ -216,18 +243,22 @@ class Quotes:
                 )
             )
 
-        return self.archive.redact(key, redacted, record) is not None
+        def change(stored: dict[str, Any]) -> dict[str, Any]:
+            return dict(_walk(stored, self.words, _unsealed))
+
+        return self.archive.redact(key, change, record) is not None
 
     def _redact_thread(self, thread_id: str, seals: tuple[DecisionSeal, ...]) -> bool:
         reseal = resealer(thread_id, seals)
         backend = self.run.backend
         with backend.lease(thread_id):
-            held = any(self.words.held_in(value) for value in _values(self.run, thread_id, self.unreadable))
+            held = any(self.words.held_in(v, c) for c, v in _values(self.run, thread_id, self.unreadable))
             # A re-keying killed after its values were written under the staged key finds no words
             # left, and still promotes the key, so the old one and every copy under it go.
             if not held and not backend.rekey_interrupted(thread_id):
                 return False
-            return backend.rekey_thread(thread_id, lambda value: _walk(value, self.words, reseal)) > 0 or held
+            changed = backend.rekey_thread(thread_id, lambda c, v: _walk(v, self.words, reseal, key=c))
+            return changed > 0 or held
 
 
 def reports_of(archive: ReportStore, keep: Callable[[str | None], bool]) -> list[dict[str, Any]]:
@@ -259,20 +290,25 @@ class SpeakerWords:
                 texts.append(entry["note"])
         unreadable: list[str] = []
         for row in others:
-            for value in _values(run, row.thread_id, unreadable):
+            for _channel, value in _values(run, row.thread_id, unreadable):
                 texts.extend(_notes_by(value, speaker))
         self.said = memories.holding(
             lambda memory: memory.owner != speaker and memory.said_by == speaker and memory.kind in WORD_KINDS
         )
         texts += [memory.text for memory in self.said]
         reports = reports_of(archive, lambda owner: owner != speaker)
-        texts += [str(d.get("approval_note") or "") for d in reports if d.get("approved_by") == speaker]
+        # A report's note is its last approver's (the one whose approval completed the quorum).
+        texts += [
+            str(d.get("approval_note") or "")
+            for d in reports
+            if str(d.get("approved_by") or "").split(", ")[-1] == speaker
+        ]
         self.words = Words.of(speaker, texts)
         self.quotes = Quotes(
             run,
             self.words,
             rows=others,
-            reports=reports,
+            reports=lambda: reports_of(archive, lambda owner: owner != speaker),
             archive=archive,
             audit=audit,
             why="an erased user's words",
@@ -280,12 +316,15 @@ class SpeakerWords:
         self.quotes.unreadable = unreadable
 
     def _memories(self) -> list[Memory]:
+        """The memories of the speaker's words: said by them, or another copy of one of their texts
+        (a memory that only quotes a phrase of theirs is someone else's words, and stays)."""
         said = {memory.id for memory in self.said}
+        forms = set(self.words.forms)
 
-        def quotes(memory: Memory) -> bool:
-            return memory.owner != self.speaker and memory.id not in said and self.words.held_in(memory.text)
+        def copy(memory: Memory) -> bool:
+            return memory.owner != self.speaker and memory.id not in said and memory.text in forms
 
-        return [*self.said, *(self.memory_store.holding(quotes) if self.words.forms else [])]
+        return [*self.said, *(self.memory_store.holding(copy) if forms else [])]
 
     def found(self) -> SaidBy:
         """Where the speaker's words are, changing nothing."""
@@ -295,9 +334,11 @@ class SpeakerWords:
 
     def redact(self, seals: tuple[DecisionSeal, ...], at: str) -> SaidBy:
         """Take the speaker's words out of every other thread and archived report (see `Quotes`), and
-        erase the memories holding them (they held nothing else)."""
+        erase the memories of them (they held nothing else). With a thread busy, the memories stay:
+        they are where a second run finds the words again."""
         result = self.quotes.redact(seals, at)
-        result.memories = self.memory_store.erase([memory.id for memory in self._memories()])
+        if not result.busy:
+            result.memories = self.memory_store.erase([memory.id for memory in self._memories()])
         return result
 
 

@@ -106,15 +106,15 @@ def read_history(graph: Any, config: dict[str, Any], limit: int | None = None) -
     return snapshots
 
 
-def saved_values(saver: Any, thread_id: str) -> list[Any]:
-    """Every value the thread's checkpoints and pending writes hold, opened (what an erasure searches),
-    refused as `read_state` refuses: `UnreadableThread` when one cannot be read."""
+def saved_values(saver: Any, thread_id: str) -> list[tuple[str, Any]]:
+    """Every value the thread's checkpoints and pending writes hold, opened, with its channel (what
+    an erasure searches), refused as `read_state` refuses: `UnreadableThread` when one cannot be read."""
     config = config_for(thread_id)
-    values: list[Any] = []
+    values: list[tuple[str, Any]] = []
     with _refusing_unloaded(config):
         for saved in saver.list(config):
-            values.extend((saved.checkpoint.get("channel_values") or {}).values())
-            values.extend(value for _task, _channel, value in saved.pending_writes or ())
+            values.extend((saved.checkpoint.get("channel_values") or {}).items())
+            values.extend((channel, value) for _task, channel, value in saved.pending_writes or ())
     return values
 
 

@@ -70,12 +70,13 @@ class Archive(ABC):
 
     @abstractmethod
     def redact(
-        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+        self, key: str, change: Callable[[dict[str, Any]], dict[str, Any]], record: Callable[[str, str], None]
     ) -> tuple[str, str] | None:
-        """Replace the document under `key` by `document`: the same report with an erased person's
-        words taken out (`forget --including-said-by`), the one change the exactly-once rule allows,
-        made in one step, after `record(old, new)` was given the SHA-256 of the old bytes and of the
-        new. Returns them, or None when `key` holds nothing."""
+        """Replace the document under `key` by `change(stored document)`: the same report with an
+        erased person's words taken out (`forget --including-said-by`), the one change the
+        exactly-once rule allows, made from what it holds now (two redactions at once apply one after
+        the other) and written in one step, after `record(old, new)` was given the SHA-256 of the old
+        bytes and of the new. Returns them, or None when `key` holds nothing or nothing changed."""
 
     @abstractmethod
     def _search(self, query: Query) -> Listing:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from market_analyst.files import fsync_dir, private_dir, refuse_under_file, write_new_private
+from market_analyst.files import exclusive_lock, fsync_dir, private_dir, refuse_under_file, write_new_private
 from market_analyst.persistence.archive.base import Archive, ArchiveError, Query, settle_repeat, valid_key
 from market_analyst.persistence.archive.document import parse_document, render_document
 from market_analyst.persistence.archive.index import ArchiveIndex, Listing
@@ -97,27 +97,40 @@ class ReportArchive(Archive):
         return settle_repeat(key, document, payload, self.get(key) or {}, str(path))
 
     def redact(
-        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+        self, key: str, change: Callable[[dict[str, Any]], dict[str, Any]], record: Callable[[str, str], None]
     ) -> tuple[str, str] | None:
         path = self.path_for(key)
-        old = self._read(path)
-        if old is None:
-            return None
-        payload = render_document(document)
-        hashes = hashlib.sha256(old).hexdigest(), hashlib.sha256(payload).hexdigest()
-        record(*hashes)
-        tmp = self.root / f".{path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        try:
-            write_new_private(tmp, payload)
-            os.replace(tmp, path)  # whole: the old document or the new one
-        except OSError as exc:
-            raise ArchiveError(f"cannot write {path}: {exc.strerror}") from None
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-        fsync_dir(self.root)
+        self._check_root()
+        # Two redactions of one document at once: one after the other, each from what the other left.
+        with exclusive_lock(self.root / ".redact.lock", self._lock_refused):
+            old = self._read(path)
+            if old is None:
+                return None
+            try:
+                stored = parse_document(old)
+            except ValueError as exc:
+                raise ArchiveError(f"archive document {path} is corrupted: {exc}") from None
+            document = change(stored)
+            payload = render_document(document)
+            if payload == old:
+                return None
+            hashes = hashlib.sha256(old).hexdigest(), hashlib.sha256(payload).hexdigest()
+            record(*hashes)
+            tmp = self.root / f".{path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+            try:
+                write_new_private(tmp, payload)
+                os.replace(tmp, path)  # whole: the old document or the new one
+            except OSError as exc:
+                raise ArchiveError(f"cannot write {path}: {exc.strerror}") from None
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+            fsync_dir(self.root)
         self.index.add(key, document, path)
         return hashes
+
+    def _lock_refused(self, exc: OSError) -> ArchiveError:
+        return ArchiveError(f"cannot lock the archive {self.root}: {exc.strerror}")
 
     def _write_once(self, path: Path, payload: bytes) -> bool:
         """Write `payload` to `path` unless it exists; True if this call created it."""

@@ -172,17 +172,20 @@ class PostgresArchive(Archive):
             raise ArchiveError(f"PostgreSQL refused report {key}: {_first_line(exc)}") from None
 
     def redact(
-        self, key: str, document: dict[str, Any], record: Callable[[str, str], None]
+        self, key: str, change: Callable[[dict[str, Any]], dict[str, Any]], record: Callable[[str, str], None]
     ) -> tuple[str, str] | None:
         valid_key(key)
-        payload = render_document(document)
         with self._connect() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("SELECT body FROM ma_archive_reports WHERE key = %s FOR UPDATE", (key,))
             row = cur.fetchone()
             if row is None:
                 return None
-            old = hashlib.sha256(str(row["body"]).encode()).hexdigest()
-            hashes = old, hashlib.sha256(payload).hexdigest()
+            body = str(row["body"])
+            document = change(dict(json.loads(body)))
+            payload = render_document(document)
+            if payload.decode() == body:
+                return None
+            hashes = hashlib.sha256(body.encode()).hexdigest(), hashlib.sha256(payload).hexdigest()
             record(*hashes)
             _, _, *columns = _row(key, document)
             cur.execute(

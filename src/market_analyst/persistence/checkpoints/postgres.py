@@ -105,8 +105,8 @@ class PostgresBackend(ThreadRewriter):
             )
             blobs = cur.fetchall()
             cur.execute(
-                "SELECT checkpoint_ns, checkpoint_id, task_id, idx, type, blob FROM checkpoint_writes "
-                f"WHERE thread_id = %s {clear_only}AND blob IS NOT NULL FOR UPDATE",
+                "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob FROM "
+                f"checkpoint_writes WHERE thread_id = %s {clear_only}AND blob IS NOT NULL FOR UPDATE",
                 (thread_id,),
             )
             writes = cur.fetchall()
@@ -120,15 +120,15 @@ class PostgresBackend(ThreadRewriter):
             if not (blobs or writes or inline):
                 return
 
-            def seal(value: Any) -> tuple[str, bytes]:
-                return serde.dumps_typed(Sealed(plan.apply(value), plan.cipher()))
+            def seal(channel: str, value: Any) -> tuple[str, bytes]:
+                return serde.dumps_typed(Sealed(plan.apply(channel, value), plan.cipher()))
 
             for row in blobs:
                 cur.execute(
                     "UPDATE checkpoint_blobs SET type = %s, blob = %s WHERE thread_id = %s AND "
                     "checkpoint_ns = %s AND channel = %s AND version = %s",
                     (
-                        *seal(serde.loads_typed((row["type"], bytes(row["blob"])))),
+                        *seal(row["channel"], serde.loads_typed((row["type"], bytes(row["blob"])))),
                         *(thread_id, row["checkpoint_ns"], row["channel"], row["version"]),
                     ),
                 )
@@ -137,7 +137,7 @@ class PostgresBackend(ThreadRewriter):
                     "UPDATE checkpoint_writes SET type = %s, blob = %s WHERE thread_id = %s AND "
                     "checkpoint_ns = %s AND checkpoint_id = %s AND task_id = %s AND idx = %s",
                     (
-                        *seal(serde.loads_typed((row["type"], bytes(row["blob"])))),
+                        *seal(row["channel"], serde.loads_typed((row["type"], bytes(row["blob"])))),
                         *(thread_id, row["checkpoint_ns"], row["checkpoint_id"], row["task_id"], row["idx"]),
                     ),
                 )
@@ -157,7 +157,10 @@ class PostgresBackend(ThreadRewriter):
                         "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, "
                         "blob) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (thread_id, checkpoint_ns, "
                         "channel, version) DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob",
-                        (thread_id, row["checkpoint_ns"], channel, str(versions[channel]), *seal(value)),
+                        (
+                            *(thread_id, row["checkpoint_ns"], channel, str(versions[channel])),
+                            *seal(channel, value),
+                        ),
                     )
                 cur.execute(
                     "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{channel_values}', %s) "

@@ -282,7 +282,7 @@ class RedisBackend(ThreadRewriter):
             }
             if chosen:
                 opened = saver._deserialize_channel_values(chosen)  # revived as a read revives them
-                opened = {channel: plan.apply(value) for channel, value in opened.items()}
+                opened = {channel: plan.apply(channel, value) for channel, value in opened.items()}
                 new = {**values, **redis_sealed_values(serde, plan.cipher(), opened)}
                 updates.append((key, "$.checkpoint.channel_values", new))
         for key in client.scan_iter(match=f"checkpoint_write:{safe}:*", count=1000):
@@ -291,7 +291,8 @@ class RedisBackend(ThreadRewriter):
                 continue
             if not plan.everything and "+" in str(doc.get("type")):
                 continue
-            value = plan.apply(serde.loads_typed((doc["type"], saver._decode_blob(doc["blob"]))))
+            opened_write = serde.loads_typed((doc["type"], saver._decode_blob(doc["blob"])))
+            value = plan.apply(str(doc.get("channel") or ""), opened_write)
             kind, blob = serde.dumps_typed(Sealed(value, plan.cipher()))
             updates += [(key, "$.type", kind), (key, "$.blob", base64.b64encode(blob).decode())]
         if updates:

@@ -13,7 +13,7 @@ from market_analyst.errors import UserError
 from market_analyst.persistence.keys.base import Keyring, ThreadCipher
 
 
-def _same(value: Any) -> Any:
+def _same(channel: str, value: Any) -> Any:
     return value
 
 
@@ -21,12 +21,12 @@ def _same(value: Any) -> Any:
 class Rewrite:
     """One rewrite of a thread's values: under the cipher `cipher_of` gives (asked once, and only if
     there is something to write), which values (with `everything` the sealed ones too, else those in
-    clear), through `change` (which returns a value it leaves alone as that very object); and what
-    it did."""
+    clear), through `change(channel, value)` (which returns a value it leaves alone as that very
+    object); and what it did."""
 
     cipher_of: Callable[[], ThreadCipher]
     everything: bool
-    change: Callable[[Any], Any] = _same
+    change: Callable[[str, Any], Any] = _same
     written: int = 0
     changed: int = 0
     _cipher: ThreadCipher | None = field(default=None, repr=False)
@@ -36,9 +36,9 @@ class Rewrite:
             self._cipher = self.cipher_of()
         return self._cipher
 
-    def apply(self, value: Any) -> Any:
-        """`value` as it is to be written again, counted."""
-        new = self.change(value)
+    def apply(self, channel: str, value: Any) -> Any:
+        """`value` (of `channel`) as it is to be written again, counted."""
+        new = self.change(channel, value)
         self.written += 1
         self.changed += new is not value
         return new
@@ -66,11 +66,11 @@ class ThreadRewriter(ABC):
         self._rewrite(thread_id, plan)
         return plan.written
 
-    def rekey_thread(self, thread_id: str, change: Callable[[Any], Any]) -> int:
-        """Re-write every value of the thread through `change` under a new data key, at once, then
-        erase the old key: every copy the old key sealed (dead tuples, WAL, AOF, a backup, a replica)
-        is unreadable from then on. A kill before the key is promoted leaves the staged key to the
-        next run (see `Keyring.stage`). Returns how many values `change` changed."""
+    def rekey_thread(self, thread_id: str, change: Callable[[str, Any], Any]) -> int:
+        """Re-write every value of the thread through `change(channel, value)` under a new data key,
+        at once, then erase the old key: every copy the old key sealed (dead tuples, WAL, AOF, a
+        backup, a replica) is unreadable from then on. A kill before the key is promoted leaves the
+        staged key to the next run (see `Keyring.stage`). Returns how many values `change` changed."""
         if self.keyring is None:
             raise UserError("re-keying a thread needs sealed checkpoints")
         cipher = self.keyring.stage(thread_id)

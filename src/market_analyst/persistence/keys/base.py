@@ -287,9 +287,16 @@ class Keyring:
         return self.store.by_digest(staged_digest(thread_digest(thread_id))) is not None
 
     def promote(self, thread_id: str) -> bool:
-        """Make the thread's staged key its key; the key it replaces is erased."""
+        """Make the thread's staged key its key; the key it replaces is erased, here too (this process
+        no longer opens what it sealed)."""
         promoted = self.store.promote(thread_id)
-        self.refresh(thread_id)
+        current = self.store.by_digest(thread_digest(thread_id))
+        digest = thread_digest(thread_id)
+        with self._lock:
+            self._by_thread.pop(thread_id, None)
+            for key_id in [k for k in self._by_id if digest_of(k) == digest]:
+                if current is None or key_id != current.key_id:
+                    del self._by_id[key_id]
         return promoted
 
     def refresh(self, thread_id: str) -> None:
