@@ -73,3 +73,21 @@ def describe_age(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds // size} {unit}"
     return f"{seconds} s"
+
+
+# The role in which someone other than the owner said what a memory of each kind holds.
+SPEAKER_ROLES = {"feedback": "reviewer", "rejection": "approver", "approval_note": "approver"}
+
+
+def who_said(kind: str, said_by: str | None, owner: str | None) -> str:
+    """Who said what a memory holds, as a recalled line shows it: "you" for the owner's own words,
+    "rev.kim (reviewer)" or "dana (approver)" for someone else's, and who approved a report (whose
+    words are the analyst's). A memory recorded without a name says the role alone."""
+    if kind == "report":
+        return f"approved by {said_by}" if said_by else "a published report"
+    role = SPEAKER_ROLES.get(kind)
+    if said_by and said_by != owner:
+        return f"{said_by} ({role})" if role else said_by
+    if said_by == owner or role is None:
+        return "you"
+    return f"a {role}"

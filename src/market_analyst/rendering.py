@@ -134,19 +134,24 @@ MEMORY_KINDS_SHOWN = {
 }
 
 
+MEMORY_HEADING = "## What was said before"
+
+
 def _memories_section(d: dict[str, Any]) -> list[str]:
-    """What the user said before, as recall found it: each memory's day, kind and source thread, and
-    its text as literal data."""
+    """What was said before, as recall found it: each memory's day, who said it ("you", or a name and
+    a role), its kind and source thread, and its text as literal data."""
     memories = d.get("memories") or []
     if not memories:
         return []
-    lines = ["", "## What you said before", ""]
+    lines = ["", MEMORY_HEADING, ""]
     for m in memories:
         kind = MEMORY_KINDS_SHOWN.get(str(m.get("kind")), plain(m.get("kind")))
         source = f"thread {plain(m['thread_id'])}" if m.get("thread_id") else "no thread"
         ticker = f", {plain(m['ticker'])}" if m.get("ticker") else ""
+        who = f"{plain(m['said_by'])}: " if m.get("said_by") else ""  # drafts made before it was kept
         lines.append(
-            f"- {plain(m['date'])}, {kind}{ticker} ({source}, memory {plain(m['id'])}): {plain(m['text'])}"
+            f"- {plain(m['date'])}, {who}{kind}{ticker} ({source}, memory {plain(m['id'])}): "
+            f"{plain(m['text'])}"
         )
     if d.get("memory_response"):
         lines += ["", plain(d["memory_response"])]

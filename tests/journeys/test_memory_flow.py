@@ -1,6 +1,6 @@
 """Memory through the workflow, with the real CLI and the real Qdrant Edge store in each test's data
 directory: decisions and reports are remembered for the user the analysis was for, `recall` brings
-them back into the next draft ("What you said before"), `remember` / `--replaces` / `forget` change
+them back into the next draft ("What was said before"), `remember` / `--replaces` / `forget` change
 what is recalled, and nothing in a memory changes the gate or the built-in analyst's judgement."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.support.chat_server import ChatServer
 from tests.support.cli import Cli, unique_id
 
 SCHEMA = json.loads((REPO / "docs" / "thread.schema.json").read_text())
-HEADING = "## What you said before"
+HEADING = "## What was said before"
 QUESTION = "anything I worried about before?"
 
 
@@ -28,7 +28,7 @@ def _thread(cli: Cli, ticker: str, user: str, *extra: str, **kwargs: Any) -> dic
 
 
 def _remembered(draft: dict) -> list[str]:
-    """The lines of the draft's 'What you said before' section."""
+    """The lines of the draft's 'What was said before' section."""
     markdown = draft["markdown"]
     if HEADING not in markdown:
         return []
@@ -50,9 +50,14 @@ def test_decisions_are_recalled_for_their_owner_only(cli: Cli):
     lines = _remembered(draft)
     feedback = next(i for i, line in enumerate(lines) if "say more about the drawdown" in line)
     note = next(i for i, line in enumerate(lines) if "watch supplier concentration" in line)
-    for i, kind in ((feedback, "revise feedback"), (note, "approval note")):
-        # Each with its date (UTC), its kind and the thread it came from.
-        assert re.match(rf"- \d{{4}}-\d{{2}}-\d{{2}}, {kind}, NVDA \(thread {nvda},", lines[i]), lines[i]
+    for i, who, kind in (
+        (feedback, "rev (reviewer)", "revise feedback"),
+        (note, "rev (approver)", "approval note"),
+    ):
+        # Each with its date (UTC), who said it and in what role, its kind and the thread it came from.
+        assert re.match(
+            rf"- \d{{4}}-\d{{2}}-\d{{2}}, {re.escape(who)}: {kind}, NVDA \(thread {nvda},", lines[i]
+        ), lines[i]
     stale = [i for i, line in enumerate(lines) if "figures are stale" in line]
     assert all(i > max(feedback, note) for i in stale), lines  # the MSFT reason never comes first
     assert "Recorded, not acted on" in draft["markdown"]
@@ -60,9 +65,10 @@ def test_decisions_are_recalled_for_their_owner_only(cli: Cli):
     assert sum("published report, NVDA" in line for line in lines) == 1
 
     shown = cli.ok("analyze", "NVDA", "--user", "ann", "--question", QUESTION).stdout
-    assert "What you said before:" in shown
+    assert "What was said before:" in shown
     assert re.search(
-        rf"\d{{4}}-\d{{2}}-\d{{2}} feedback \(thread {nvda}\): say more about the drawdown", shown
+        rf"\d{{4}}-\d{{2}}-\d{{2}} rev \(reviewer\): feedback \(thread {nvda}\): say more about the drawdown",
+        shown,
     )
 
     assert _remembered(_thread(cli, "NVDA", "bob", "--question", QUESTION)["draft"]) == []
@@ -256,3 +262,43 @@ def test_a_pending_draft_quoting_a_pruned_memory_is_not_published_and_a_revise_d
     )
     [report] = cli.archive_files()
     assert words not in report.read_text()
+
+
+def test_a_reviewers_feedback_recalled_into_the_next_draft_names_the_reviewer_on_every_surface(
+    cli: Cli, serve
+):
+    """rev.kim's revise feedback on ann's thread, and dana's approval note, recalled into ann's next
+    draft: the draft's Markdown, the command line's text, `--json`, the inbox page and `memories list`
+    each say who said what and in what role, and ann's own note says "you"."""
+    import html
+
+    from tests.support.web import FormClient
+
+    user = unique_id("own")
+    words, note = f"mind the foundry {unique_id('w')}", f"fine by me {unique_id('n')}"
+    _remember(cli, user, "my own foundry worry")
+    first = _thread(cli, "NVDA", user, "--question", "foundry risk?")["thread_id"]
+    cli.ok("revise", first, "--user", "rev.kim", "--feedback", words)
+    cli.ok("approve", first, "--user", "dana", "--note", note)
+    nxt = _thread(cli, "NVDA", user, "--question", "foundry risk?")
+    expected = {words: "rev.kim (reviewer)", note: "dana (approver)", "my own foundry worry": "you"}
+
+    said = {m["text"]: m["said_by"] for m in nxt["draft"]["memories"]}
+    assert {text: said.get(text) for text in expected} == expected  # --json
+    for text, who in expected.items():
+        assert any(f"{who}: " in line and text in line for line in _remembered(nxt["draft"])), who  # Markdown
+    shown = cli.ok("status", nxt["thread_id"]).stdout
+    assert all(
+        any(who in line and text in line for line in shown.splitlines()) for text, who in expected.items()
+    )
+    listed = cli.ok("memories", "list", "--user", user).stdout
+    assert all(
+        any(f"[{who}]" in line and text in line for line in listed.splitlines())
+        for text, who in expected.items()
+    )
+
+    token = cli.ok("approvers", "add", unique_id("eve")).stdout.strip()
+    browser = FormClient(serve(cli))
+    browser.sign_in(token)
+    page = html.unescape(browser.page(f"/threads/{nxt['thread_id']}").text)
+    assert all(f"{who}: " in page for who in expected.values()) and "What was said before" in page

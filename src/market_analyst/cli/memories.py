@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from market_analyst.cli.common import JSON_OPTION, emit_json, load_settings
+from market_analyst.formatting import who_said
 
 if TYPE_CHECKING:
     from market_analyst.state import Memory
@@ -32,7 +33,8 @@ def _line(memory: Memory) -> str:
     ticker = memory.ticker or "-"
     state = "  (superseded)" if memory.superseded else ""
     when = memory.created_at.strftime("%Y-%m-%d")
-    return f"{memory.id}  {when}  {memory.kind:<13} {ticker:<7} {memory.text}{state}"
+    who = who_said(memory.kind, memory.said_by, memory.owner)
+    return f"{memory.id}  {when}  {memory.kind:<13} {ticker:<7} [{who}] {memory.text}{state}"
 
 
 def _details(memory: Memory) -> None:
@@ -45,7 +47,7 @@ def _details(memory: Memory) -> None:
         ("thread", memory.thread_id),
         ("draft", memory.draft_id),
         ("archive key", memory.archive_key),
-        ("said by", memory.said_by),
+        ("said by", who_said(memory.kind, memory.said_by, memory.owner)),
         ("verified", "yes" if memory.verified else "no"),
         ("replaces", memory.replaces),
         ("superseded", "yes" if memory.superseded else "no"),

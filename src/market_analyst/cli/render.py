@@ -41,10 +41,11 @@ def render_draft(view: Any) -> None:
     print(f"  Analyst: {analyst.get('name')} (version {analyst.get('version')})")
     memories = d.get("memories") or []
     if memories:
-        print("  What you said before:")
+        print("  What was said before:")
         for m in memories:
             source = f"thread {m.get('thread_id')}" if m.get("thread_id") else "no thread"
-            print(f"    {m.get('date')} {m.get('kind')} ({source}): {printable(str(m.get('text')))}")
+            who = f"{printable(str(m['said_by']))}: " if m.get("said_by") else ""
+            print(f"    {m.get('date')} {who}{m.get('kind')} ({source}): {printable(str(m.get('text')))}")
 
 
 def _beta(benchmark: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from market_analyst.context import Deps
-from market_analyst.formatting import pct, price, signed_pct
+from market_analyst.formatting import pct, price, signed_pct, who_said
 from market_analyst.rendering import profile_statement, render_markdown
 from market_analyst.state import AnalystState, Draft, ProfileUsed
 
@@ -22,14 +22,15 @@ def draft_id_for(content: dict[str, Any]) -> str:
 
 
 def memory_line(memory: dict[str, Any]) -> dict[str, Any]:
-    """What the draft shows of a recalled memory: when (UTC day), what kind, from which thread, and
-    its text as it was stored."""
+    """What the draft shows of a recalled memory: when (UTC day), what kind, who said it (`who_said`),
+    from which thread, and its text as it was stored."""
     at = datetime.fromisoformat(str(memory["created_at"]).replace("Z", "+00:00"))
     day = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC).date().isoformat()
     return {
         "id": memory["id"],
         "date": day,
         "kind": memory["kind"],
+        "said_by": who_said(str(memory["kind"]), memory.get("said_by"), memory.get("owner")),
         "thread_id": memory.get("thread_id"),
         "ticker": memory.get("ticker"),
         "text": memory["text"],

@@ -1,7 +1,7 @@
 """recall: what the owner said before about this ticker and question, fetched before the analysis.
 
 Memories are written by the workflow (decisions, published reports, `remember`) and read here only:
-they reach the draft's "What you said before" and the analyst as data. Nothing in one can change a
+they reach the draft's "What was said before" and the analyst as data. Nothing in one can change a
 rule of the application: the gate and the decision rule never read them.
 """
 
