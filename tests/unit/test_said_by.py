@@ -124,3 +124,16 @@ def test_a_pending_request_is_bound_to_its_redacted_draft():
     walked = _walk(request, words, reseal)
     assert walked["content_hash"] == content_hash(walked["description"])
     assert walked["action_request"]["args"]["content_hash"] == walked["content_hash"]
+
+
+def test_a_sealed_decision_that_would_not_validate_after_redaction_is_one_line_and_nothing_is_sealed():
+    import pytest
+
+    from market_analyst.errors import UserError
+
+    seal = DecisionSeal(lambda: b"k" * 32)
+    raw = seal.seal(
+        "t1", Decision(action="approve", draft_id="d1", by="ann", note="fine", door="cli")
+    ).model_dump(mode="json")
+    with pytest.raises(UserError, match="a decision on thread t1 cannot be redacted"):
+        resealer("t1", (seal,))(raw, {**raw, "action": "bogus"})

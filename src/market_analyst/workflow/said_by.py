@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from market_analyst.decisions import Decision, DecisionSeal, content_hash
-from market_analyst.errors import ThreadBusy
+from market_analyst.decisions import Decision, DecisionSeal, content_hash, first_error
+from market_analyst.errors import ThreadBusy, UserError
 from market_analyst.ports import AuditEvent, AuditRecords, MemoryStore, ReportStore, ThreadRow
 from market_analyst.rendering import plain
 from market_analyst.state import Memory, memory_text
@@ -352,7 +352,14 @@ def resealer(thread_id: str, seals: tuple[DecisionSeal, ...]) -> Reseal:
             return _asking_again(new)
         for seal in seals:
             if seal.sealed(thread_id, old) is not None:
-                return seal.seal(thread_id, Decision.model_validate(new)).model_dump(mode="json")
+                try:
+                    decision = Decision.model_validate(new)
+                except ValidationError as exc:  # nothing is written: the thread's rewrite stops here
+                    raise UserError(
+                        f"a decision on thread {thread_id} cannot be redacted ({first_error(exc)}); nothing "
+                        "of the thread was changed"
+                    ) from None
+                return seal.seal(thread_id, decision).model_dump(mode="json")
         return new
 
     return reseal
