@@ -341,9 +341,11 @@ def test_owner_markers_name_nobody_and_an_earlier_releases_are_rebuilt_under_the
     edge_store: EdgeMemoryStore, embedder: WordLlamaEmbedder
 ) -> None:
     """A marker's name is a keyed hash: not the SHA-256 of the user ID someone could compute. Markers
-    made under another key, or by an earlier release (plain SHA-256, no `KEYED` stamp), are trusted
-    for nothing: the next opening rebuilds them from the shard, and recall misses no one meanwhile."""
+    made under another key, or by an earlier release (plain SHA-256, no `KEYED` stamp), or missing,
+    are trusted for nothing: the next opening rebuilds them from the shard, and recall misses no one
+    meanwhile."""
     import hashlib
+    import shutil
 
     edge_store.write([note("bob", "remembered", "Prefer dividend payers"), *ANN])
     folder = edge_store.path.with_name(f".{edge_store.path.name}.owners")
@@ -360,6 +362,11 @@ def test_owner_markers_name_nobody_and_an_earlier_releases_are_rebuilt_under_the
     assert [m.text for m in edge_store.recall("bob", "dividends")] == ["Prefer dividend payers"]
     assert {path.name for path in folder.iterdir()} == keyed | {"KEYED"}
     assert not edge_store._owners.may_have("cy")
+
+    # A store copied without the folder beside it: the markers are rebuilt, no one's memories hidden.
+    shutil.rmtree(folder)
+    assert [m.text for m in edge_store.recall("bob", "dividends")] == ["Prefer dividend payers"]
+    assert {path.name for path in folder.iterdir()} == keyed | {"KEYED"}
 
     stranger = EdgeMemoryStore(edge_store.path, embedder=lambda: embedder, marker_key=lambda: b"k" * 32)
     assert stranger._owners.may_have("cy") and stranger.has_memories("bob")  # rebuilt under its key
