@@ -220,6 +220,8 @@ def test_a_deletion_killed_at_twenty_random_moments_leaves_old_or_new_and_comple
     moments = random.Random(29).sample(range(1, 1000), 20)
     killed = 0
     for n, moment in enumerate(sorted(moments)):
+        # The first, cold delete can take twice as long as the rest on a busy machine: every delete
+        # that finishes before its kill shortens the scale, so the moments stay spread over a run.
         words = f"{ANNS_WORDS} {n}"
         cli.ok("profile", "set", "--user", "ann", "--notes", words)
         outcome = harness.run(
@@ -229,6 +231,8 @@ def test_a_deletion_killed_at_twenty_random_moments_leaves_old_or_new_and_comple
             cwd=cli.cwd,
         )
         killed += outcome.killed
+        if not outcome.killed:
+            took = min(took, outcome.check().seconds)
         assert (
             cli.ok("profile", "show", "--user", "bob", "--json").json()["profile"]["notes"]
             == "bob keeps this"
