@@ -73,10 +73,22 @@ NodeWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 _PROCESS_WRAPPERS: list[NodeWrapper] = []
 
 
+_COMPILED: list[CompiledStateGraph[Any, Any, Any, Any]] = []
+
+
 def add_node_wrapper(wrapper: NodeWrapper) -> None:
     """Instrument every graph this process builds from now on (tracing, or the crash harness that
     kills a process at a node boundary). Wrappers apply in the order they were added."""
     _PROCESS_WRAPPERS.append(wrapper)
+    _COMPILED.clear()
+
+
+def graph_over(checkpointer: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The graph over `checkpointer`, as `build_graph` compiles it: compiled once per process and
+    copied with each command's saver, so a server's requests do not compile it again each time."""
+    if not _COMPILED:
+        _COMPILED.append(build_graph())
+    return _COMPILED[0].copy(update={"checkpointer": checkpointer})
 
 
 def _with_default_context(node: Callable[..., Any], deps: Deps) -> Callable[..., Any]:

@@ -15,7 +15,7 @@ from market_analyst.context import Deps
 from market_analyst.decisions import Identity
 from market_analyst.deps import open_run_stores
 from market_analyst.errors import ServiceUnavailable
-from market_analyst.graph import build_graph
+from market_analyst.graph import graph_over
 from market_analyst.ports import CheckpointBackend
 from market_analyst.settings import Settings
 from market_analyst.workflow.views import config_for
@@ -81,7 +81,7 @@ def open_run(
             return built if identity is None else dataclasses.replace(built, identity=identity)
 
         try:
-            run = Run(build_graph(checkpointer=backend.saver), settings, backend, make_deps)
+            run = Run(graph_over(backend.saver), settings, backend, make_deps)
             if thread_id is None:
                 yield run
             else:
