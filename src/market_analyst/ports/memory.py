@@ -17,6 +17,11 @@ class MemoryStore(Protocol):
     recalled by meaning and words. Every read is filtered by owner; superseded memories are never
     recalled. Nothing is embedded (no model loaded) for an owner who has no memories."""
 
+    def at_once(self) -> MemoryStore:
+        """The same store for calls that must not wait for it: one held by another process refuses
+        at once (`UserError`) instead of after a few seconds."""
+        ...
+
     def write(self, memories: Sequence[Memory]) -> None:
         """Insert or replace each memory by its ID: writing the same ID twice leaves one memory."""
         ...
@@ -46,6 +51,10 @@ class MemoryStore(Protocol):
 
     def get(self, owner: str, memory_id: str) -> Memory | None:
         """The memory `memory_id` if `owner` owns it, else None (another owner's is absent too)."""
+        ...
+
+    def kept(self, owner: str, memory_ids: Collection[str]) -> set[str]:
+        """Which of `memory_ids` the store holds as `owner`'s, asked in one opening."""
         ...
 
     def replace(self, owner: str, old_id: str, new: Memory) -> None:

@@ -41,6 +41,10 @@ class BaseMemoryStore(ABC):
         self._embedder: Embedder | None = None
         self._bm25: Any = None
 
+    def at_once(self) -> BaseMemoryStore:
+        """This store, for calls that must not wait for it: a held store refuses at once."""
+        return self
+
     @property
     def embedder(self) -> Embedder:
         """The embedder, made on first use: a store that only lists or erases never loads a model."""
@@ -190,6 +194,17 @@ class BaseMemoryStore(ABC):
 
     def get(self, owner: str, memory_id: str) -> Memory | None:
         return self._get(validate_user_id(owner), check_memory_ref(memory_id))
+
+    def kept(self, owner: str, memory_ids: Collection[str]) -> set[str]:
+        ids = [check_memory_ref(i) for i in memory_ids]
+        if not ids:
+            return set()
+        owner = validate_user_id(owner)
+        return {m.id for m in (self._owned(owner, [r]) for r in self._retrieve_many(ids)) if m is not None}
+
+    @abstractmethod
+    def _retrieve_many(self, ids: builtins.list[str]) -> builtins.list[Any]:
+        """The points of `ids` the store holds (payloads, no vectors), in one opening."""
 
     def replace(self, owner: str, old_id: str, new: Memory) -> None:
         owner, old_id = validate_user_id(owner), check_memory_ref(old_id)

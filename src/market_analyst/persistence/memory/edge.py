@@ -18,6 +18,7 @@ a `kill -9` leaves the old shard or the new one, never half of either.
 from __future__ import annotations
 
 import builtins
+import copy
 import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -83,6 +84,11 @@ class EdgeMemoryStore(BaseMemoryStore):
         self.path = path
         self._lock_wait_seconds = lock_wait_seconds
         self._owners = OwnerMarkers(path.with_name(f".{path.name}.owners"), what=WHAT, key=marker_key)
+
+    def at_once(self) -> EdgeMemoryStore:
+        at_once = copy.copy(self)  # the same embedder (a model loaded once), no wait for the folder
+        at_once._lock_wait_seconds = 0.0
+        return at_once
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -302,6 +308,10 @@ class EdgeMemoryStore(BaseMemoryStore):
                 self._check_embedder()
             found = shard.query(request)
         return [(from_payload(point.id, point.payload or {}), point.score) for point in found]
+
+    def _retrieve_many(self, ids: builtins.list[str]) -> builtins.list[Any]:
+        with self._session() as shard:
+            return [] if shard is None else list(shard.retrieve(list[Any](ids), True, False))
 
     def _get(self, owner: str, memory_id: str) -> Memory | None:
         with self._session() as shard:

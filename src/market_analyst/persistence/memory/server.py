@@ -180,6 +180,12 @@ class QdrantMemoryStore(BaseMemoryStore):
     def _retrieve(self, client: QdrantClient, memory_id: str) -> builtins.list[Any]:
         return list(client.retrieve(self.collection, ids=[memory_id], with_payload=True, with_vectors=False))
 
+    def _retrieve_many(self, ids: builtins.list[str]) -> builtins.list[Any]:
+        with self._client() as client:
+            if not self._exists(client):
+                return []
+            return list(client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=False))
+
     def _get(self, owner: str, memory_id: str) -> Memory | None:
         with self._client() as client:
             return self._owned(owner, self._retrieve(client, memory_id)) if self._exists(client) else None
