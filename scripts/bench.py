@@ -77,11 +77,14 @@ def bench_archive_postgres(scale: Scale) -> bool:
 
 def bench_approvals(scale: Scale) -> bool:
     """An approval through a warm `market-analyst serve` against `market-analyst approve` in a process
-    of its own (100 of each by default); no target is set, both are reported."""
+    of its own (100 of each by default; targets: p50 under 50 ms and at least 25x); then `approve
+    --note` for a user with 1,000 memories against one without (target within 1.2x), with a held
+    memory store, and `remember` (20 of each by default)."""
     import bench_approvals
 
-    bench_approvals.run(scale.n or 100)
-    return True
+    warm = bench_approvals.run(scale.n or 100)
+    notes = bench_approvals.run_notes(scale.n or 20)
+    return warm and notes
 
 
 def bench_threads(scale: Scale) -> bool:

@@ -38,6 +38,12 @@ class _NoAudit:
 class _NoMemory:
     """For graphs built without a memory store (a test's bare graph): remembers nothing."""
 
+    def at_once(self) -> _NoMemory:
+        return self
+
+    def kept(self, owner: str, memory_ids: Collection[str]) -> set[str]:
+        return set()
+
     def write(self, memories: Sequence[Memory]) -> None:
         return None
 
@@ -104,3 +110,7 @@ class Deps:
     identity: Identity | None = None  # who decides in this run, as the application's door knows them
     memory: MemoryStore = field(default_factory=_NoMemory)  # what the owner said in earlier threads
     seal: DecisionSeal = field(default_factory=process_seal)  # seals what the gate accepts
+    # Whether the nodes also write what they remember into `memory` at once: only for a door that
+    # copies no memory outbox after the run (LangGraph's server). Elsewhere the decision never waits
+    # on the memory store: the command copies the outbox after it (workflow/memory_outbox.py).
+    write_memories: bool = False

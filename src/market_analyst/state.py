@@ -328,6 +328,9 @@ class AnalystState(TypedDict, total=False):
     decision: dict[str, Any] | None  # the sealed decisions.Decision the gate accepted, until record_decision
     refused: str | None  # why the gate's last answer was not taken (the request says it when it asks again)
     publication: dict[str, Any] | None  # Publication
+    # Memory: what the thread's decisions and publication leave to remember, written here where they
+    # are recorded and copied into the memory store afterwards (workflow/memory_outbox.py).
+    memory_outbox: list[dict[str, Any]]
 
 
 class ServerInput(TypedDict, total=False):

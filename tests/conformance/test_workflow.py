@@ -21,6 +21,8 @@ from market_analyst.settings import Settings
 from market_analyst.workflow import approve_thread, reject_thread, start_analysis, thread_status
 from tests.support.backends import BACKENDS, checkpointer_env
 from tests.support.cli import unique_id
+from tests.support.crashkit import Harness
+from tests.support.port_writers import hold_and_release_memories
 from tests.support.services import RedisServer
 
 
@@ -161,8 +163,15 @@ def test_publish_refuses_an_approval_of_another_draft(settings: Settings):
         values = graph.get_state(_config(thread)).values
         draft_id = values["draft"]["draft_id"]
         digest = hashlib.sha256(values["draft"]["markdown"].encode()).hexdigest()
-        claimed = {"action": "approve", "draft_id": draft_id, "content_hash": digest, "by": "x",
-                   "at": "2025-01-01T00:00:00+00:00", "verified": True, "door": "web"}
+        claimed = {
+            "action": "approve",
+            "draft_id": draft_id,
+            "content_hash": digest,
+            "by": "x",
+            "at": "2025-01-01T00:00:00+00:00",
+            "verified": True,
+            "door": "web",
+        }
         graph.update_state(
             _config(thread),
             {"approval": forged | {"draft_id": draft_id, "content_hash": digest}, "approvals": [claimed]},
@@ -207,3 +216,45 @@ def test_thread_ids_with_a_trailing_newline_are_refused():
 
     with pytest.raises(UserError, match="invalid thread ID"):
         validate_thread_id("t-1\n")
+
+
+def test_the_waiting_memories_mark_keeps_the_earliest_entry_and_only_its_own_token_releases_it(
+    settings: Settings,
+):
+    thread = unique_id("outbox")
+    with open_checkpointer(settings) as backend:
+        index = backend.index
+        assert index.memory_hold(thread) is None
+        first = index.hold_memories(thread, 3)
+        second = index.hold_memories(thread, 5)  # a later hold: the earlier entry still waits
+        assert index.memory_hold(thread) == (3, second) and first != second
+        assert index.held_memories()[thread] == (3, second)
+        assert index.release_memories(thread, first) is False  # an older hold releases nothing
+        assert index.memory_hold(thread) == (3, second)
+        assert index.release_memories(thread, second) is True
+        assert index.memory_hold(thread) is None and thread not in index.held_memories()
+        index.hold_memories(thread, 0)
+        index.remove(thread)  # a thread erased takes its mark with it
+        assert index.memory_hold(thread) is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_several_processes_hold_and_release_waiting_memories_at_once(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, harness: Harness
+):
+    environ = {"MA_DATA_DIR": str(tmp_path / "data")}
+    if backend == "redis":
+        environ |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": request.getfixturevalue("workflow_redis")}
+    else:
+        environ |= checkpointer_env(request, backend)
+    settings = Settings.load(environ=environ, dotenv=None)
+    with open_checkpointer(settings) as opened:  # what an earlier run of this test left on a shared server
+        for thread in [t for t in opened.index.held_memories() if t.startswith("outbox-")]:
+            opened.index.remove(thread)
+    outputs = harness.call_together(hold_and_release_memories, [(environ, w) for w in range(6)])
+    with open_checkpointer(settings) as opened:
+        held = {t: start for t, (start, _) in opened.index.held_memories().items() if t.startswith("outbox-")}
+    kept = {thread for out in outputs for thread in out["kept"]}
+    assert len(kept) == 30 and set(held) == kept | {"outbox-shared"}  # nothing lost, nothing left over
+    assert held["outbox-shared"] == 0  # the earliest entry any of them held
+    assert all(held[t] == int(t.rsplit("-", 1)[1]) for t in kept)

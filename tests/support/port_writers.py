@@ -185,3 +185,28 @@ def redact_phrase(environ: dict[str, str], key: str, phrase: str) -> list[str]:
     archive = open_archive(records_settings(environ))
     archive.redact(key, change, lambda old, new: recorded.extend([old, new]))
     return recorded
+
+
+def hold_and_release_memories(environ: dict[str, str], worker: int) -> dict[str, Any]:
+    """Mark ten threads of this worker's as waiting for the memory store, release every other one,
+    and hold one thread all workers share (under its lease, as a command does) from entry `worker`."""
+    from market_analyst.deps import open_checkpointer
+    from market_analyst.errors import ThreadBusy
+
+    settings = Settings.load(environ=environ, dotenv=None)
+    kept = []
+    with open_checkpointer(settings) as backend:
+        for n in range(10):
+            thread = f"outbox-w{worker}-{n}"
+            token = backend.index.hold_memories(thread, n)
+            if n % 2 and backend.index.release_memories(thread, token):
+                continue
+            kept.append(thread)
+        while True:
+            try:
+                with backend.lease("outbox-shared"):
+                    backend.index.hold_memories("outbox-shared", worker)
+                break
+            except ThreadBusy:
+                time.sleep(0.01)
+    return {"kept": kept}

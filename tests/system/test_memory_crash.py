@@ -25,15 +25,22 @@ from tests.support.services import new_database
 CASES = 20
 SEED = 20251201
 MEMORY_WRITE = "call:after:market_analyst.persistence.memory.edge:EdgeMemoryStore.write"
+# Between the decision (recorded in the thread, its memory in the thread's outbox) and the memory
+# store: before the copy, and after it but before the outbox is marked copied.
+BETWEEN = [
+    "call:before:market_analyst.persistence.memory.edge:EdgeMemoryStore.write",
+    MEMORY_WRITE,
+    "call:before:market_analyst.persistence.checkpoints.thread_index:PostgresThreadIndex.release_memories",
+]
 TEXT = {"approve": "fine, but watch supplier concentration", "revise": "say more about the drawdown",
         "reject": "figures are stale"}  # fmt: skip
 DECISION_KINDS = set(MEMORY_KINDS.values())
 POINTS = {
-    "approve": ["before:human_review", "after:human_review", "before:record_decision", MEMORY_WRITE,
+    "approve": ["before:human_review", "after:human_review", "before:record_decision", *BETWEEN,
                 "after:record_decision", "before:publish", "after-archive-write", "after:publish"],
-    "revise": ["before:human_review", "after:human_review", "before:record_decision", MEMORY_WRITE,
+    "revise": ["before:human_review", "after:human_review", "before:record_decision", *BETWEEN,
                "after:record_decision", "before:analyze", "after:draft_report"],
-    "reject": ["before:human_review", "after:human_review", "before:record_decision", MEMORY_WRITE,
+    "reject": ["before:human_review", "after:human_review", "before:record_decision", *BETWEEN,
                "after:record_decision"],
 }  # fmt: skip
 
@@ -70,6 +77,8 @@ def run_case(h: Harness, env: dict[str, str], action: str, kill_point: str) -> d
             view = retry_while_busy(lambda: h.run(_decision(action, thread), env)).check().json()
         else:
             break
+    # What waited for the memory store goes in with the next command that opens it, or with this.
+    retry_while_busy(lambda: h.run(["memories", "sync"], env)).check()
     audit = h.run(["audit", "list", "--thread", thread, "--json"], env).check().json()
     memories = h.run(["memories", "list", "--user", "ann", "--all", "--json"], env).check().json()
     return {"thread": thread, "killed": killed, "view": view, "audit": audit, "memories": memories}
@@ -96,10 +105,24 @@ def check(case: dict, action: str) -> None:
 
 
 def test_killed_decisions_leave_exactly_one_memory_each(tmp_path: Path, postgres_server: str):
+    killed = _run_plan(tmp_path, postgres_server, plan(SEED, CASES))
+    assert killed >= CASES // 2, f"only {killed} of {CASES} runs were killed: the plan misses the commands"
+
+
+def test_a_kill_between_the_decision_and_its_memory_leaves_exactly_one(tmp_path: Path, postgres_server: str):
+    """20 decisions, each killed after it was recorded and before its memory was known to be in the
+    store: every one ends with exactly one memory."""
+    actions = ("approve", "revise", "reject")
+    cases = [(actions[i % 3], BETWEEN[(i // 3) % 3]) for i in range(CASES)]
+    assert _run_plan(tmp_path, postgres_server, cases) == CASES  # every one was killed there
+
+
+def _run_plan(tmp_path: Path, postgres_server: str, cases: list[tuple[str, str]]) -> int:
+    """Run each (action, kill point) case on a store of its own, check it, and return how many of
+    the decisions were killed."""
     harnesses = [Harness(tmp_path / f"h{i}") for i in range(3)]
     for h in harnesses:
         h.workdir.mkdir()
-    cases = plan(SEED, CASES)
 
     def one(index: int) -> tuple[str, dict]:
         action, point = cases[index]
@@ -110,11 +133,10 @@ def test_killed_decisions_leave_exactly_one_memory_each(tmp_path: Path, postgres
         return action, run_case(harnesses[index % len(harnesses)], env, action, point)
 
     with ThreadPoolExecutor(max_workers=len(harnesses)) as pool:
-        results = list(pool.map(one, range(CASES)))
+        results = list(pool.map(one, range(len(cases))))
     for (action, point), (_, case) in zip(cases, results, strict=True):
         try:
             check(case, action)
         except AssertionError as exc:
             raise AssertionError(f"{action} killed at {point}: {exc}") from exc
-    killed = sum(case["killed"] for _, case in results)
-    assert killed >= CASES // 2, f"only {killed} of {CASES} runs were killed: the plan misses the commands"
+    return sum(bool(case["killed"]) for _, case in results)

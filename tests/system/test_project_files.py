@@ -243,6 +243,9 @@ def test_make_bench_runs_every_section():
     assert "POST /api/threads/{id}/approve (warm server) p50" in result.stdout
     assert "market-analyst approve (a process each)      p50" in result.stdout
     assert "ratio at p50" in result.stdout
+    assert "approve --note, a user with 1,000 memories" in result.stdout
+    assert "approve --note, the memory store held" in result.stdout and "a held store" in result.stdout
+    assert "remember (a process each)" in result.stdout
     assert "memory: recall over 300 memories on Qdrant Edge" in result.stdout
     assert "open shard p50" in result.stdout and "bytes on disk a memory" in result.stdout
     assert "one memory a write" in result.stdout and "a fresh process recalls" in result.stdout

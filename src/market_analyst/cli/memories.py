@@ -154,3 +154,41 @@ def reindex_memories(json_output: bool = JSON_OPTION) -> None:
         emit_json({"reindexed": count})
     else:
         print(f"Embedded {count} memories again.")
+
+
+@app.command("sync")
+def sync_memories(json_output: bool = JSON_OPTION) -> None:
+    """Write the memories that decisions left waiting while the store could not be written."""
+    from market_analyst.workflow.memories import sync
+
+    done = sync(load_settings())
+    if json_output:
+        emit_json(
+            {
+                "written": done.written,
+                "waiting": done.waiting,
+                "busy": done.busy,
+                "refused": done.refused,
+                "unreadable": done.unreadable,
+            }
+        )
+    else:
+        if done.written or not done.waiting:
+            print(
+                f"Wrote {done.written} memory(ies) that waited for the store."
+                if done.written
+                else "No memory waited for the store."
+            )
+        if done.busy:
+            print(
+                f"Thread(s) {', '.join(done.busy)} are being advanced: the command advancing them writes "
+                "their memories."
+            )
+        if done.refused:
+            print(f"{done.refused} outbox entry(ies) were not made by a decision and were not written.")
+        if done.unreadable:
+            print(f"Thread(s) {', '.join(done.unreadable)} are sealed under keys this records store lacks.")
+    if done.waiting:
+        from market_analyst.errors import UserError
+
+        raise UserError(f"the memories of {len(done.waiting)} thread(s) still wait: {done.why}")

@@ -166,6 +166,8 @@ def reject(
         emit_json(thread_json(view))
     else:
         print(f"Rejected thread {view.thread_id}: nothing was published.")
+        if view.message:
+            print(f"  Note: {view.message}")
 
 
 def revise(
@@ -204,6 +206,8 @@ def revise(
     else:
         render_revision(view)
         render_view(view)
+        if view.message:
+            print(f"  Note: {view.message}")
 
 
 def resume(

@@ -6,9 +6,10 @@ state's sealed approvals (`decisions.DecisionSeal`) of this thread's current dra
 exact text, by distinct approvers the rule still allows (the allow-list, their role, separation of
 duties), as many as the quorum needs. Without it nothing is written.
 
-The memory is written after the archive write and named by the archive key, so a kill between the
-two re-runs `publish`, which finds its document and writes the same memory: a report is remembered
-once, and only once it is archived."""
+The memory goes into the thread's memory outbox with the publication, named by the archive key, so
+a kill after the archive write re-runs `publish`, which finds its document and makes the same entry:
+a report is remembered once, and only once it is archived (`workflow/memory_outbox.py` copies it
+into the memory store)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from market_analyst.context import Deps
 from market_analyst.decisions import DecisionRequest, approvals_text, content_hash, refusal
 from market_analyst.formatting import pct, price, signed_pct
 from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals
+from market_analyst.nodes.record_decision import UNANSWERED, outboxed
 from market_analyst.ports import AuditEvent, MemoryStore, PublishRequest
 from market_analyst.state import AnalystState, Approval, Draft, Memory, memory_id, memory_text
 
@@ -68,7 +70,14 @@ def erased_quotes(draft: dict[str, Any], owner: str | None, memory: MemoryStore)
     quoted = [m for m in draft.get("memories") or [] if m.get("id")]
     if not quoted or not owner:
         return []
-    return [m for m in quoted if memory.get(owner, str(m["id"])) is None]
+    try:
+        kept = memory.at_once().kept(owner, [str(m["id"]) for m in quoted])
+        return [m for m in quoted if str(m["id"]) not in kept]
+    except UNANSWERED:
+        # The store cannot answer now (held by an erasure, damaged, away): a decision does not wait
+        # for it. Every erasure takes a memory's words out of the threads that quoted it before it
+        # touches the store (`retention.unquote`), so words this draft still holds were not erased.
+        return []
 
 
 def erased_refusal(thread_id: str, erased: list[dict[str, Any]], *, cli: bool = True) -> str:
@@ -136,10 +145,13 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
             archive_key=result.key,
         )
     )
+    update: dict[str, Any] = {
+        "publication": {"key": result.key, "operation_id": operation_id, "created": result.created}
+    }
     if owner := state.get("user_id"):
         remembered = report_memory(owner, thread_id, draft, approval, result.key, runtime.context.now())
-        runtime.context.memory.write([remembered])
-    return {"publication": {"key": result.key, "operation_id": operation_id, "created": result.created}}
+        update |= outboxed(state, remembered, runtime.context)
+    return update
 
 
 def report_text(draft: Draft) -> str:

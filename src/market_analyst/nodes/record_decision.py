@@ -9,14 +9,14 @@ and name the current draft and its exact text, and the rule is applied to it aga
 removed or demoted in the meantime decides nothing). A decision that fails any of this was written
 into the state by hand: nothing is recorded, and the gate asks again.
 
-It also writes the decision's text (the revise feedback, the rejection reason, the approval note) as
-a memory of the person the analysis was for. The order is what makes that safe: the decision this
-node applies is the one `human_review` returned, and with the `sync` durability every decision runs
-in, LangGraph saved that step's checkpoint (holding `decision`) before this node starts. So a memory
-is only ever written for a decision that is already recorded in the thread, and a kill anywhere in
-this node leaves `decision` in the checkpoint: `resume` runs this node again, which writes the same
-memory (its ID derives from the thread, the draft, the kind and who decided) and the same audit event.
-No decision is recorded without its memory once the thread moves on; none is remembered twice.
+It also puts the decision's text (the revise feedback, the rejection reason, the approval note) in
+the thread's memory outbox, as a memory of the person the analysis was for: the decision never waits
+on the memory store, and the command that made it copies the outbox into the store afterwards
+(`workflow/memory_outbox.py`). The entry is saved with this node's checkpoint, so it exists exactly
+when the decision is recorded; a kill anywhere in this node leaves `decision` in the checkpoint, and
+`resume` runs this node again, which makes the same entry (its ID derives from the thread, the draft,
+the kind and who decided) and the same audit event. No decision is recorded without its memory;
+none is remembered twice.
 """
 
 from __future__ import annotations
@@ -34,10 +34,13 @@ from langgraph.types import Command
 
 from market_analyst.context import Deps
 from market_analyst.decisions import Decision, content_hash, refusal
+from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals, unproven
 from market_analyst.ports import AuditEvent
 from market_analyst.state import AnalystState, Approval, Memory, MemoryKind, memory_id, memory_text
 
+# What a memory store that cannot answer right now raises: held, damaged, or away.
+UNANSWERED = (UserError, ServiceUnavailable, OSError)
 AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised"}
 MEMORY_KINDS: dict[str, MemoryKind] = {
     "approve": "approval_note",
@@ -69,6 +72,18 @@ def decision_memory(thread_id: str, state: AnalystState, decision: Decision, now
         said_by=decision.by,
         verified=decision.verified,
     )
+
+
+def outboxed(state: AnalystState, memory: Memory, deps: Deps) -> dict[str, Any]:
+    """The state update that puts `memory` in the thread's memory outbox (nothing when it is there
+    already: a node re-run after a crash names the same memory); written at once too where the door
+    copies no outbox (`Deps.write_memories`)."""
+    if deps.write_memories:
+        deps.memory.write([memory])
+    held = list(state.get("memory_outbox") or [])
+    if any(entry.get("id") == memory.id for entry in held):
+        return {}
+    return {"memory_outbox": [*held, memory.model_dump(mode="json")]}
 
 
 def decision_event_id(thread_id: str, decision: Decision) -> str:
@@ -110,10 +125,9 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
             note=decision.note,
         )
     )
-    remembered = decision_memory(thread_id, state, decision, deps.now())
-    if remembered is not None:
-        deps.memory.write([remembered])
     update: dict[str, Any] = {"decision": None}
+    if (remembered := decision_memory(thread_id, state, decision, deps.now())) is not None:
+        update |= outboxed(state, remembered, deps)
     if decision.action == "revise":
         return Command(goto="analyze", update=update | _revision(state, decision) | _still_held(state, deps))
     record = Approval(
@@ -144,7 +158,11 @@ def _still_held(state: AnalystState, deps: Deps) -> dict[str, Any]:
     owner = state.get("user_id")
     if not recalled or not owner:
         return {}
-    held = [m for m in recalled if deps.memory.get(owner, str(m["id"])) is not None]
+    try:
+        kept = deps.memory.at_once().kept(owner, [str(m["id"]) for m in recalled])
+        held = [m for m in recalled if str(m["id"]) in kept]
+    except UNANSWERED:  # a store that cannot answer now erased nothing since (see `erased_quotes`)
+        return {}
     return {"recalled": held} if len(held) != len(recalled) else {}
 
 

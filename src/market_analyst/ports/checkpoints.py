@@ -46,7 +46,7 @@ class ThreadIndex(Protocol):
         ...
 
     def remove(self, thread_id: str) -> None:
-        """Drop the thread's row (nothing when there is none)."""
+        """Drop the thread's row and its waiting memories' mark (nothing when there is none)."""
         ...
 
     def owner(self, thread_id: str) -> str | None:
@@ -67,6 +67,26 @@ class ThreadIndex(Protocol):
 
     def mark_complete(self) -> None:
         """Record that a backfill gave every thread a row."""
+        ...
+
+    def hold_memories(self, thread_id: str, start: int) -> str:
+        """Record that the thread's memory outbox may gain entries from `start` on that the memory
+        store does not hold yet (an earlier, smaller `start` is kept); returns this hold's token.
+        Call it holding the thread's lease."""
+        ...
+
+    def held_memories(self) -> dict[str, tuple[int, str]]:
+        """Each thread whose outbox waits for the memory store: the first entry it waits on, and
+        the token of its last hold."""
+        ...
+
+    def memory_hold(self, thread_id: str) -> tuple[int, str] | None:
+        """The thread's hold (first entry, token), or None when nothing of it waits."""
+        ...
+
+    def release_memories(self, thread_id: str, token: str) -> bool:
+        """Record that the memory store holds every entry of the thread's outbox, unless a hold
+        newer than `token` came since (then it stays); whether it was released."""
         ...
 
 

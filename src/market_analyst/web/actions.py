@@ -32,6 +32,7 @@ from market_analyst.workflow.inbox import (
     report_by_key,
     thread_details,
 )
+from market_analyst.workflow.memory_outbox import Afterwards
 from market_analyst.workflow.revise import revise_thread
 from market_analyst.workflow.runs import decide
 from market_analyst.workflow.stores import ReportListing, ReportSummary, find_reports
@@ -124,6 +125,14 @@ def approvers(settings: Settings) -> Approvers:
 _TEXT_NAMES = {"approve": "the note", "reject": "the reason", "revise": "the feedback"}
 
 
+_AFTERWARDS: dict[int, Afterwards] = {}
+
+
+def afterwards(settings: Settings) -> Afterwards:
+    """What copies this server's decisions' memories into the store after each answer."""
+    return _AFTERWARDS.setdefault(id(settings), Afterwards(settings))
+
+
 def decide_as(
     settings: Settings,
     thread_id: str,
@@ -143,32 +152,39 @@ def decide_as(
     if action == "reject" and not text:
         raise Refusal(422, "a rejection needs a reason")
     identity = Identity(approver, verified=True, door=door)
-    if action == "revise":
+    # The answer does not wait for the memory store: what the decision leaves to remember is copied
+    # into it right after, in the server's own thread (workflow/memory_outbox.py).
+    try:
+        if action == "revise":
+            return _decide(
+                settings,
+                thread_id,
+                lambda: revise_thread(
+                    settings,
+                    thread_id,
+                    feedback=text,
+                    identity=identity,
+                    draft_id=draft_id,
+                    content_hash=content_hash,
+                    memories="later",
+                ),
+            )
         return _decide(
             settings,
             thread_id,
-            lambda: revise_thread(
+            lambda: decide(
                 settings,
                 thread_id,
-                feedback=text,
+                action=action,
                 identity=identity,
+                note=text,
                 draft_id=draft_id,
                 content_hash=content_hash,
-            ),
+                memories="later",
+            )[1],
         )
-    return _decide(
-        settings,
-        thread_id,
-        lambda: decide(
-            settings,
-            thread_id,
-            action=action,
-            identity=identity,
-            note=text,
-            draft_id=draft_id,
-            content_hash=content_hash,
-        )[1],
-    )
+    finally:
+        afterwards(settings).soon()
 
 
 def may_decide(settings: Settings, view: ThreadView, approver: str) -> dict[str, str | None]:

@@ -10,6 +10,8 @@ from market_analyst.errors import UserError
 from market_analyst.market_data import normalize_ticker
 from market_analyst.settings import Settings
 from market_analyst.state import Memory, check_memory_ref, check_memory_text, memory_id
+from market_analyst.workflow.graph_run import open_run
+from market_analyst.workflow.memory_outbox import Delivery, before_erasing, sync_memories
 from market_analyst.workflow.retention import unquote
 from market_analyst.workflow.said_by import SaidBy
 from market_analyst.workflow.stores import chosen_user
@@ -88,6 +90,8 @@ def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> Forg
     end of a chain of replacements brings back the memory it replaced."""
     owner, memory_ref = chosen_user(settings, user), check_memory_ref(memory_ref)
     store = open_memory(settings)
+    with open_run(settings) as run:  # what waits goes in first: a memory erased now never comes back
+        before_erasing(run, store, "memories forget")
     memory = store.get(owner, memory_ref)
     if memory is None:
         raise _missing(memory_ref, owner)
@@ -102,6 +106,11 @@ def forget_memory(settings: Settings, user: str | None, memory_ref: str) -> Forg
     if not store.forget(owner, memory_ref):
         raise _missing(memory_ref, owner)
     return Forgotten(memory_ref, quoted, revived)
+
+
+def sync(settings: Settings) -> Delivery:
+    """Copy into the memory store what decisions left waiting for it (`memories sync`)."""
+    return sync_memories(settings)
 
 
 def reindex_memories(settings: Settings) -> int:

@@ -24,6 +24,7 @@ from market_analyst.ports import ProfileReader, ThreadQuery, ThreadRow
 from market_analyst.settings import Settings, parse_duration
 from market_analyst.state import validate_user_id
 from market_analyst.workflow.graph_run import Run, open_run
+from market_analyst.workflow.memory_outbox import before_erasing
 from market_analyst.workflow.said_by import Quotes, SaidBy, SpeakerWords, Words, reports_of
 from market_analyst.workflow.threads import backfill, record, stamp
 from market_analyst.workflow.views import UnreadableThread, view_of
@@ -90,6 +91,8 @@ def prune_threads(settings: Settings, *, finished_before: str, dry_run: bool = F
         raise UserError(f"--finished-before {finished_before} reaches back before the year 1") from None
     with open_run(settings) as run:
         backfill(run, verify=True)  # a thread the index lacks would be missed: refuse
+        if not dry_run:  # a finished thread's memories are kept when it goes: copied first
+            before_erasing(run, open_memory(settings), "prune")
         rows = _all_rows(run, ThreadQuery(statuses=FINISHED, finished_before=cutoff, limit=_PAGE))
         if dry_run:
             return PruneResult([r for r in rows if _finished(run, r)], dry_run=True)
@@ -133,6 +136,9 @@ def prune_memories(settings: Settings, *, older_than: str, dry_run: bool = False
     and where they were quoted."""
     cutoff = memory_cutoff(settings, older_than)
     store = open_memory(settings)
+    if not dry_run:
+        with open_run(settings) as run:
+            before_erasing(run, store, "prune")
     going = store.holding(lambda memory: memory.created_at < cutoff)
     texts: dict[str, list[str]] = {}
     for memory in going:
@@ -211,6 +217,8 @@ def forget_user(
     keyring = open_keyring(settings)
     with open_run(settings) as run:
         backfill(run, verify=True)  # a thread the index lacks would be missed: refuse
+        if not dry_run:  # what waits for the memory store goes in first, so that it is erased too
+            before_erasing(run, open_memory(settings), "forget")
         rows = _all_rows(run, ThreadQuery(user_id=user, limit=_PAGE))
         theirs = {row.thread_id for row in rows}
         words = SpeakerWords(  # read before anything of theirs goes: the audit log names their words

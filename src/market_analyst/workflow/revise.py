@@ -14,7 +14,7 @@ from market_analyst.errors import UserError
 from market_analyst.rendering import render_markdown
 from market_analyst.settings import Settings
 from market_analyst.state import MAX_QUESTION_CHARS, validate_thread_id
-from market_analyst.workflow.runs import Announce, Progress, decide
+from market_analyst.workflow.runs import Announce, Progress, Remembering, decide
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.views import ThreadView
 
@@ -59,6 +59,7 @@ def revise_thread(
     content_hash: str | None = None,
     progress: Progress | None = None,
     announce: Announce | None = None,
+    memories: Remembering = "now",
 ) -> ThreadView:
     """Send the feedback and options through the gate (a revise decision, in the name of `identity`,
     or of `user` unverified) and analyse again from `analyze`; the new draft waits at the gate."""
@@ -87,6 +88,7 @@ def revise_thread(
         options=options | ({"question": question} if question else {}),
         progress=progress,
         announce=announce,
+        memories=memories,
     )
     assert before.draft is not None and after.draft is not None
     after.extra = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.types import Command
 
@@ -25,6 +25,7 @@ from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import MAX_QUESTION_CHARS, SCHEMA_VERSION, validate_thread_id
 from market_analyst.workflow.graph_run import Progress, Run, open_run
+from market_analyst.workflow.memory_outbox import WAITING, catch_up, deliver, hold
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
 from market_analyst.workflow.upgrade import raw_values, refuse_newer, upgrade_updates
@@ -117,6 +118,9 @@ def start_analysis(
         # Listed from the start: a run killed before its first checkpoint leaves a row the next
         # listing finds without a thread, and drops.
         run.backend.index.record(ThreadRow(thread_id, user_id, symbol, "in_progress", now, now))
+        # What earlier decisions left waiting for the memory store goes in first, so that this run
+        # recalls it; a store that cannot take it now leaves it waiting, and the run goes on.
+        catch_up(run, deps.memory.at_once())
         return advance(run, inputs, thread_id, progress, ticker=symbol)
 
 
@@ -137,6 +141,7 @@ def decide(
     progress: Progress | None = None,
     announce: Announce | None = None,
     deps: Deps | None = None,
+    memories: Remembering = "now",
 ) -> tuple[ThreadView, ThreadView]:
     """Make one decision on the thread's current draft through the gate, under the thread's lease,
     and return the thread before and after it.
@@ -145,12 +150,18 @@ def decide(
     what the decider read; without them it is made on the current draft, which `announce` hears of
     first). The rule (`decisions.refusal`) is checked before the gate is resumed, so a refused
     decision records nothing; the gate checks it again as it resumes. An approval that was recorded
-    before a crash is finished without being asked for again."""
+    before a crash is finished without being asked for again.
+
+    What the decision leaves to remember is copied into the memory store as it ends, if the store
+    can take it at once (`memories="now"`), else left waiting (`workflow/memory_outbox.py`); a door
+    that copies it itself afterwards passes `memories="later"`."""
     validate_thread_id(thread_id)
     with open_run(settings, thread_id, deps, progress, identity=identity) as run:
         before = decidable_view(run.graph, thread_id, action, approved_ok=action == "approve")
         if before.status == "approved_pending_publish":
-            return before, advance(run, None, thread_id, progress, durability="sync")
+            return before, _remembering(
+                run, thread_id, memories, lambda: advance(run, None, thread_id, progress, durability="sync")
+            )
         # A thread of an earlier schema is brought to this one (workflow/upgrade.py) as it enters the
         # gate; one paused by the static gate of an earlier version enters it now.
         updates = upgrade_updates(run, thread_id)
@@ -191,15 +202,41 @@ def decide(
         sealed = run.deps.seal.for_doors().seal(thread_id, decision)
         # A decision is saved at once whatever MA_DURABILITY says: once a command has said a decision
         # was made, no crash may ask for it again (a revise's new analysis runs in this mode too).
-        after = advance(
-            run, Command(resume=sealed.model_dump(mode="json")), thread_id, progress, durability="sync"
+        after = _remembering(
+            run,
+            thread_id,
+            memories,
+            lambda: advance(
+                run, Command(resume=sealed.model_dump(mode="json")), thread_id, progress, durability="sync"
+            ),
         )
         refused = (after.request or {}).get("refused") if after.status == "awaiting_approval" else None
-        if refused and after.request and after.request.get("draft_id") == request.draft_id and not any(
-            a.get("by") == identity.name for a in after.request.get("approvals") or []
+        if (
+            refused
+            and after.request
+            and after.request.get("draft_id") == request.draft_id
+            and not any(a.get("by") == identity.name for a in after.request.get("approvals") or [])
         ):
             raise DecisionRefused(409, refused)
     return before, after
+
+
+Remembering = Literal["now", "later"]
+
+
+def _remembering(
+    run: Run, thread_id: str, memories: Remembering, step: Callable[[], ThreadView]
+) -> ThreadView:
+    """`step` (which advances the thread, under its lease), with what its outbox gains marked as
+    waiting first, then copied into the memory store now if it can take it (`memories="now"`); the
+    view says when the memory waits."""
+    held = hold(run, thread_id)
+    view = step()
+    if memories == "now":
+        delivered = deliver(run, run.deps.memory.at_once(), [thread_id], held=held)
+        if delivered.waiting:
+            view.message = f"{view.message}; {WAITING}" if view.message else WAITING
+    return view
 
 
 def _into_the_gate(
@@ -320,8 +357,8 @@ def resume_thread(settings: Settings, thread_id: str, *, progress: Progress | No
         view = require_view(run.graph, thread_id)
         refuse_newer(thread_id, raw_values(run, thread_id))
         if view.status in ("in_progress", "approved_pending_publish"):
-            view = advance(run, None, thread_id, progress)
-            view.message = "resumed"
+            view = _remembering(run, thread_id, "now", lambda: advance(run, None, thread_id, progress))
+            view.message = "resumed" + (f"; {view.message}" if view.message else "")
         else:
             view.message = "nothing to resume"
         return view

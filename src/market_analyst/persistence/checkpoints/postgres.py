@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from market_analyst.errors import ThreadBusy
 from market_analyst.persistence.checkpoints.rewriting import Rewrite, ThreadRewriter
-from market_analyst.persistence.checkpoints.thread_index import META, POSTGRES_SCHEMA, PostgresThreadIndex
+from market_analyst.persistence.checkpoints.thread_index import OUTBOX, POSTGRES_SCHEMA, PostgresThreadIndex
 from market_analyst.persistence.keys.base import Keyring
 from market_analyst.persistence.postgres.connect import postgres_connect, setup_lock
 from market_analyst.redaction import redact_url
@@ -235,7 +235,8 @@ def _schema_current(conn: Any, saver: Any) -> bool:
             return False
         cur.execute("SELECT max(v) AS v FROM checkpoint_migrations")
         row = cur.fetchone()
-        cur.execute(f"SELECT to_regclass('{META}') IS NOT NULL AS present")
+        # The last table of the index: a database set up by an earlier release lacks it, and gets it.
+        cur.execute(f"SELECT to_regclass('{OUTBOX}') IS NOT NULL AS present")
         ours = cur.fetchone()
     current = row is not None and row["v"] is not None and row["v"] >= len(saver.MIGRATIONS) - 1
     return current and ours is not None and bool(ours["present"])

@@ -4,6 +4,7 @@ search index in Redis. Listing and filtering read only this; see `ports.ThreadIn
 from __future__ import annotations
 
 import re
+import secrets
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -11,6 +12,8 @@ from market_analyst.ports import ThreadQuery, ThreadRow
 
 TABLE = "market_analyst_threads"
 META = "market_analyst_meta"
+# Threads whose memory outbox holds entries not yet in the memory store, from which one on.
+OUTBOX = "market_analyst_memory_outbox"
 POSTGRES_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, "
     "ticker TEXT NOT NULL, status TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, "
@@ -19,6 +22,8 @@ POSTGRES_SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {TABLE}_by_status ON {TABLE} (status, updated_at DESC)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_by_user ON {TABLE} (user_id, updated_at DESC)",
     f"CREATE TABLE IF NOT EXISTS {META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {OUTBOX} (thread_id TEXT PRIMARY KEY, start INTEGER NOT NULL, "
+    "token TEXT NOT NULL)",
 )
 _COLUMNS = [f.name for f in fields(ThreadRow)]
 _COMPLETE = "threads-backfilled"
@@ -44,6 +49,7 @@ class PostgresThreadIndex:
     def remove(self, thread_id: str) -> None:
         with self.conn.cursor() as cur:
             cur.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s", (thread_id,))
+            cur.execute(f"DELETE FROM {OUTBOX} WHERE thread_id = %s", (thread_id,))
 
     def owner(self, thread_id: str) -> str | None:
         with self.conn.cursor() as cur:
@@ -90,10 +96,42 @@ class PostgresThreadIndex:
         with self.conn.cursor() as cur:
             cur.execute(f"INSERT INTO {META} VALUES (%s, 'yes') ON CONFLICT (key) DO NOTHING", (_COMPLETE,))
 
+    def hold_memories(self, thread_id: str, start: int) -> str:
+        token = _token()
+        with self.conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {OUTBOX} VALUES (%s, %s, %s) ON CONFLICT (thread_id) "
+                f"DO UPDATE SET start = LEAST({OUTBOX}.start, EXCLUDED.start), token = EXCLUDED.token",
+                (thread_id, start, token),
+            )
+        return token
+
+    def held_memories(self) -> dict[str, tuple[int, str]]:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT thread_id, start, token FROM {OUTBOX} ORDER BY thread_id")
+            return {row["thread_id"]: (int(row["start"]), str(row["token"])) for row in cur.fetchall()}
+
+    def memory_hold(self, thread_id: str) -> tuple[int, str] | None:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT start, token FROM {OUTBOX} WHERE thread_id = %s", (thread_id,))
+            row = cur.fetchone()
+        return (int(row["start"]), str(row["token"])) if row else None
+
+    def release_memories(self, thread_id: str, token: str) -> bool:
+        with self.conn.cursor() as cur:
+            cur.execute(f"DELETE FROM {OUTBOX} WHERE thread_id = %s AND token = %s", (thread_id, token))
+            return bool(cur.rowcount)
+
+
+def _token() -> str:
+    """A new mark of one hold: a release that names an older one leaves the newer hold in place."""
+    return secrets.token_hex(8)
+
 
 REDIS_PREFIX = "market-analyst:thread:"
 REDIS_INDEX = "market-analyst-threads"
 REDIS_COMPLETE = "market-analyst:threads:backfilled"
+REDIS_OUTBOX = "market-analyst:memory-outbox"
 _TAG_SPECIAL = re.compile(r"([^A-Za-z0-9_])")
 
 
@@ -140,6 +178,7 @@ class RedisThreadIndex:
 
     def remove(self, thread_id: str) -> None:
         self.client.delete(REDIS_PREFIX + thread_id)
+        self.client.hdel(REDIS_OUTBOX, thread_id)
 
     def owner(self, thread_id: str) -> str | None:
         value = self.client.hget(REDIS_PREFIX + thread_id, "user_id")
@@ -174,6 +213,39 @@ class RedisThreadIndex:
 
     def mark_complete(self) -> None:
         self.client.set(REDIS_COMPLETE, "yes")
+
+    def hold_memories(self, thread_id: str, start: int) -> str:
+        # Called holding the thread's lease: no other command holds this thread's field meanwhile.
+        token, held = _token(), self.memory_hold(thread_id)
+        start = start if held is None else min(start, held[0])
+        self.client.hset(REDIS_OUTBOX, thread_id, f"{start}:{token}")
+        return token
+
+    def held_memories(self) -> dict[str, tuple[int, str]]:
+        found = self.client.hgetall(REDIS_OUTBOX)
+        return {_text(k): _hold(v) for k, v in sorted(found.items())}
+
+    def memory_hold(self, thread_id: str) -> tuple[int, str] | None:
+        value = self.client.hget(REDIS_OUTBOX, thread_id)
+        return None if value is None else _hold(value)
+
+    def release_memories(self, thread_id: str, token: str) -> bool:
+        # Only the hold `token` names: compared and deleted in one step on the server.
+        script = (
+            "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
+            "if v and string.sub(v, -string.len(ARGV[2]) - 1) == ':' .. ARGV[2] then "
+            "return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0"
+        )
+        return bool(self.client.eval(script, 1, REDIS_OUTBOX, thread_id, token))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _hold(value: Any) -> tuple[int, str]:
+    start, _, token = _text(value).partition(":")
+    return int(start), token
 
 
 def _row_of(doc: dict[str, Any]) -> ThreadRow:

@@ -1,0 +1,223 @@
+"""The memory outbox: a decision is recorded whether or not the memory store can be written.
+
+What a thread's decisions and publication leave to remember (the approval note, the rejection
+reason, the revise feedback, the published report) is saved in the thread itself, with the step that
+recorded it (`nodes.record_decision.outboxed`), and copied into the memory store afterwards. The
+memory IDs derive from what caused them, so a copy made twice is one memory.
+
+The thread index keeps, per thread, the first outbox entry the store may lack: set (`hold`) before a
+command advances the thread under its lease, cleared (`deliver`) once the store holds every entry
+from there. The command that advanced the thread copies them as it ends, without waiting for the
+store; a store that cannot take them now (held by another process, damaged, away) leaves them
+waiting, for the next command that opens the store or for `memories sync`. An erasure copies what
+waits first, so that it erases that too and nothing erased comes back afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from market_analyst.errors import SealedValueUnreadable, ThreadBusy, UserError
+from market_analyst.nodes.record_decision import UNANSWERED
+from market_analyst.ports import MemoryStore
+from market_analyst.settings import Settings
+from market_analyst.state import Memory, memory_id
+from market_analyst.workflow.graph_run import Run, open_run
+from market_analyst.workflow.views import config_for
+
+OUTBOX = "memory_outbox"
+Hold = tuple[int, str]  # a thread's waiting mark: the first outbox entry it waits on, and its token
+WAITING = "recorded; its memory will be written when the store is free ('market-analyst memories sync')"
+
+
+@dataclass
+class Delivery:
+    """What one copy of the outboxes into the memory store did."""
+
+    written: int = 0
+    waiting: list[str] = field(default_factory=list)  # threads whose memories the store could not take
+    busy: list[str] = field(default_factory=list)  # threads another command advances (it copies them)
+    refused: int = 0  # entries the workflow did not write (put into the state by hand): never copied
+    unreadable: list[str] = field(default_factory=list)  # threads sealed under a key this process lacks
+    why: str | None = None  # why the store took nothing, in one line
+
+
+def _values(run: Run, thread_id: str) -> dict[str, Any]:
+    saved = run.backend.saver.get_tuple(config_for(thread_id))
+    return dict(saved.checkpoint.get("channel_values") or {}) if saved is not None else {}
+
+
+def hold(run: Run, thread_id: str) -> Hold:
+    """Before `run` advances the thread (under its lease): whatever its outbox gains from here waits
+    for the store until it is copied (`deliver`)."""
+    start = len(_values(run, thread_id).get(OUTBOX) or [])
+    token = run.backend.index.hold_memories(thread_id, start)
+    return run.backend.index.memory_hold(thread_id) or (start, token)
+
+
+def _genuine(entry: Any, thread_id: str, owner: Any) -> Memory | None:
+    """The outbox entry as a memory, if it is one the workflow writes for this thread's owner: its ID
+    derived from its source, as `record_decision` and `publish` derive it."""
+    try:
+        memory = Memory.model_validate(entry)
+    except ValidationError:
+        return None
+    if memory.owner != owner or memory.thread_id != thread_id:
+        return None
+    if memory.kind == "report":
+        expected = memory_id("report", memory.archive_key or "")
+    else:
+        expected = memory_id(memory.kind, thread_id, memory.draft_id or "", memory.said_by or "")
+    return memory if memory.id == expected else None
+
+
+def deliver(
+    run: Run, store: MemoryStore, threads: Iterable[str] | None = None, *, held: Hold | None = None
+) -> Delivery:
+    """Copy the waiting outbox entries of `threads` (every thread that has some, if None) into
+    `store`. `held`: the caller holds the one thread's lease, and this is its hold.
+
+    Otherwise each thread's entries are read under its lease, taken only for that read (a thread
+    another command advances is left to it), and copied outside it; the thread is then released
+    only if no command held it since (the hold's token is unchanged), so a decision made meanwhile
+    keeps its entries waiting until that command copies them itself."""
+    done = Delivery()
+    wanted = list(threads) if threads is not None else list(run.backend.index.held_memories())
+    for n, thread_id in enumerate(wanted):
+        try:
+            if held is not None:
+                found: tuple[Hold, dict[str, Any]] | None = (held, _values(run, thread_id))
+            else:
+                with run.backend.lease(thread_id):
+                    found = _read(run, thread_id)
+        except ThreadBusy:
+            done.busy.append(thread_id)
+            continue
+        except SealedValueUnreadable:  # another records store's key (an erasure removes its own)
+            done.unreadable.append(thread_id)
+            continue
+        if found is None:
+            continue
+        (start, token), values = found
+        if not _copy(store, thread_id, values, start, done):
+            done.waiting += wanted[n + 1 :]  # the store took nothing: the rest wait too
+            break
+        run.backend.index.release_memories(thread_id, token)
+    return done
+
+
+def _read(run: Run, thread_id: str) -> tuple[Hold, dict[str, Any]] | None:
+    hold = run.backend.index.memory_hold(thread_id)
+    return None if hold is None else (hold, _values(run, thread_id))
+
+
+def _copy(store: MemoryStore, thread_id: str, values: dict[str, Any], start: int, done: Delivery) -> bool:
+    """One thread's waiting entries into the store; False when the store took nothing."""
+    entries = list(values.get(OUTBOX) or [])[start:]
+    memories = [m for m in (_genuine(e, thread_id, values.get("user_id")) for e in entries) if m]
+    done.refused += len(entries) - len(memories)
+    if memories:
+        try:
+            store.write(memories)
+        except UNANSWERED as exc:
+            done.waiting.append(thread_id)
+            done.why = " ".join(str(exc).split()) or type(exc).__name__
+            return False
+    done.written += len(memories)
+    return True
+
+
+def catch_up(run: Run, store: MemoryStore) -> Delivery:
+    """Copy every waiting outbox entry into `store`: one read of the index when nothing waits."""
+    if not run.backend.index.held_memories():
+        return Delivery()
+    return deliver(run, store)
+
+
+def before_erasing(run: Run, store: MemoryStore, command: str) -> None:
+    """Copy what waits into the store before an erasure, so that the erasure reaches it too (and a
+    memory erased now is never copied in afterwards); `UserError` when some of it cannot be copied."""
+    done = catch_up(run, store)
+    if done.waiting:
+        raise UserError(
+            f"the memories of {len(done.waiting)} thread(s) wait for the memory store ({done.why}); "
+            f"nothing was erased: run {command} again when the store is free"
+        )
+
+
+def sync_memories(settings: Settings, store: MemoryStore | None = None) -> Delivery:
+    """Copy every waiting outbox entry into the memory store (`memories sync`, a server after each
+    decision). Opens the checkpointer; builds no adapter when nothing waits."""
+    from market_analyst.deps import open_memory
+
+    with open_run(settings) as run:
+        if not run.backend.index.held_memories():
+            return Delivery()
+        return deliver(run, store or open_memory(settings))
+
+
+# A server copies what its decisions left once they pause this long, and at most this long after the
+# first of them (a steady stream of decisions still has its memories written every few seconds).
+QUIET_SECONDS = 0.25
+LONGEST_SECONDS = 2.0
+
+
+class Afterwards:
+    """Copies what waits into the memory store in a thread of its own, for a server that answers a
+    decision before its memory is written: one copy at a time, and one more queued at most (it
+    copies whatever waits by then). The store, and its embedder's model, are kept between copies.
+    A server killed before a copy leaves the memories waiting: the next command copies them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: MemoryStore | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-outbox")
+        self._guard = threading.Lock()
+        self._queued = False
+        self._first = self._last = 0.0
+
+    def soon(self) -> None:
+        """Copy what waits once decisions pause for QUIET_SECONDS (at most LONGEST_SECONDS after this
+        call), and after the copy running now, if any: a burst of decisions is one copy, so the
+        store is opened and flushed once for all of them, and the copy does not slow the burst."""
+        with self._guard:
+            self._last = time.monotonic()
+            if self._queued:
+                return
+            self._queued, self._first = True, self._last
+        self._pool.submit(self._copy)
+
+    def _copy(self) -> None:
+        while True:
+            with self._guard:
+                now = time.monotonic()
+                due = min(self._last + QUIET_SECONDS, self._first + LONGEST_SECONDS)
+                if now >= due:
+                    self._queued = False
+                    break
+            time.sleep(due - now)
+        try:
+            if self._store is None:
+                from market_analyst.deps import open_memory
+
+                self._store = open_memory(self.settings)
+            done = sync_memories(self.settings, self._store)
+            if done.waiting:
+                _log.warning("memories wait for the store: %s", done.why)
+        except Exception:  # the memories stay waiting, for the next decision or `memories sync`
+            _log.exception("copying the memory outbox failed")
+
+    def wait(self) -> None:
+        """Let every copy queued so far finish (a server shutting down, a test)."""
+        self._pool.submit(lambda: None).result()
+
+
+_log = logging.getLogger(__name__)

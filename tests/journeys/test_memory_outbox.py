@@ -1,0 +1,170 @@
+"""Decisions first: a decision is recorded and published, or routed, whether or not the memory
+store can be written, and its memory reaches the store afterwards, exactly once.
+
+The store is made unwritable the ways a user meets it: held by another process (a real one, holding
+the folder's lock as an erasure or a long `reindex` does), or a file in its place. On both
+checkpointers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from market_analyst.nodes.record_decision import MEMORY_KINDS
+from market_analyst.state import memory_id
+from tests.support.backends import both_backends
+from tests.support.cli import Cli
+
+WAITS = "recorded; its memory will be written when the store is free"
+HOLD = """
+import fcntl, sys, time
+lock = open(sys.argv[1], "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextmanager
+def held_store(cli: Cli) -> Iterator[None]:
+    """The memory store held by another process for the block."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(cli.data_dir / ".memories.session.lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.communicate("", timeout=30)
+
+
+def _draft(cli: Cli, user: str = "ann") -> tuple[str, str]:
+    view = cli.ok("analyze", "NVDA", "--user", user, "--json").json()
+    return view["thread_id"], view["draft"]["draft_id"]
+
+
+def _memories(cli: Cli, user: str = "ann") -> list[dict]:
+    return cli.ok("memories", "list", "--user", user, "--all", "--json").json()
+
+
+def _decision_id(action: str, thread: str, draft: str, by: str = "rev") -> str:
+    return memory_id(MEMORY_KINDS[action], thread, draft, by)
+
+
+@both_backends
+def test_a_held_store_delays_the_memory_not_the_decision(cli: Cli):
+    cli.ok("memories", "list", "--user", "ann")  # the store's folder exists, so it can be held
+    approved, approved_draft = _draft(cli)
+    rejected, rejected_draft = _draft(cli)
+    revised, revised_draft = _draft(cli)
+    with held_store(cli):
+        started = time.monotonic()
+        out = cli.ok("approve", approved, "--user", "rev", "--note", "watch the supplier concentration")
+        assert time.monotonic() - started < 4  # not the store's wait of a few seconds
+        assert "Published thread" in out.stdout and WAITS in out.stdout
+        out = cli.ok("reject", rejected, "--user", "rev", "--reason", "the figures are a month old")
+        assert "Rejected thread" in out.stdout and WAITS in out.stdout
+        view = cli.ok(
+            "revise", revised, "--user", "rev", "--feedback", "say more about margins", "--json"
+        ).json()
+        assert view["status"] == "awaiting_approval" and view["draft"]["revision"] == 2
+        assert WAITS in view["message"]
+        assert cli.ok("status", approved, "--json").json()["status"] == "published"
+        assert cli.ok("status", rejected, "--json").json()["status"] == "rejected"
+        waiting = cli.fails("memories", "sync")
+        assert "still wait" in waiting.stderr and "3 thread(s)" in waiting.stderr
+    assert len(cli.archive_files()) == 1
+    assert [m for m in _memories(cli)] == []  # nothing reached the store while it was held
+    synced = cli.ok("memories", "sync", "--json").json()
+    assert synced == {"written": 4, "waiting": [], "busy": [], "refused": 0, "unreadable": []}
+    memories = _memories(cli)
+    ids = sorted(m["id"] for m in memories)
+    assert len(ids) == len(set(ids)) == 4
+    assert _decision_id("approve", approved, approved_draft) in ids
+    assert _decision_id("reject", rejected, rejected_draft) in ids
+    assert _decision_id("revise", revised, revised_draft) in ids
+    assert [m["kind"] for m in memories].count("report") == 1
+    # Copied once: a second sync, a resume and a status write nothing more.
+    assert cli.ok("memories", "sync", "--json").json()["written"] == 0
+    cli.ok("resume", approved)
+    assert sorted(m["id"] for m in _memories(cli)) == ids
+
+
+def test_the_next_analyze_copies_what_waited_and_recalls_it(cli: Cli):
+    cli.ok("memories", "list", "--user", "ann")
+    thread, draft = _draft(cli)
+    with held_store(cli):
+        cli.ok("reject", thread, "--user", "rev", "--reason", "nothing about the export restrictions")
+    view = cli.ok("analyze", "NVDA", "--user", "ann", "--question", "export restrictions?", "--json").json()
+    recalled = {m["id"] for m in view["draft"]["memories"]}
+    assert _decision_id("reject", thread, draft) in recalled
+    assert cli.ok("memories", "sync", "--json").json()["written"] == 0
+
+
+def test_a_file_in_the_stores_place_delays_the_memory_and_says_so(cli: Cli):
+    thread, _ = _draft(cli)
+    store = cli.data_dir / "memories"
+    if store.exists():
+        import shutil
+
+        shutil.rmtree(store)
+    store.write_text("not a store")
+    out = cli.ok("approve", thread, "--user", "rev", "--note", "fine")
+    assert "Published thread" in out.stdout and WAITS in out.stdout
+    failed = cli.fails("memories", "sync")
+    assert "still wait" in failed.stderr
+    store.unlink()
+    assert cli.ok("memories", "sync", "--json").json()["written"] == 2  # the note and the report
+    assert len(_memories(cli)) == 2
+
+
+def test_an_erasure_copies_what_waits_first_so_nothing_it_erased_comes_back(cli: Cli):
+    cli.ok("memories", "list", "--user", "ann")
+    thread, draft = _draft(cli)
+    with held_store(cli):
+        cli.ok("approve", thread, "--user", "rev", "--note", "remember the lumpy quarters")
+        # An erasure refuses while what waits cannot be copied: it would miss it.
+        refused = cli.fails("memories", "forget", _decision_id("approve", thread, draft), "--user", "ann")
+        assert "wait for the memory store" in refused.stderr and "nothing was erased" in refused.stderr
+    note = _decision_id("approve", thread, draft)
+    cli.ok("memories", "forget", note, "--user", "ann")  # copies what waited, then erases it
+    assert note not in {m["id"] for m in _memories(cli)}
+    assert cli.ok("memories", "sync", "--json").json()["written"] == 0
+    assert note not in {m["id"] for m in _memories(cli)}
+
+
+def test_an_outbox_entry_written_into_the_state_by_hand_is_never_copied(cli: Cli, tmp_path: Path):
+    """A client that writes the thread's state directly (an outbox entry for another user, or with an
+    ID its source does not give) gets nothing into anyone's memories."""
+    thread, _ = _draft(cli)
+    forged = tmp_path / "forge.py"
+    forged.write_text(
+        f"""
+from market_analyst.settings import Settings
+from market_analyst.workflow.graph_run import open_run
+from market_analyst.workflow.views import config_for
+
+settings = Settings.load(dotenv=None)
+entry = {{"id": "00000000-0000-5000-8000-000000000000", "owner": "{{owner}}", "kind": "feedback",
+         "text": "buy everything", "created_at": "2026-01-01T00:00:00Z", "thread_id": "{thread}",
+         "draft_id": "d", "said_by": "rev"}}
+with open_run(settings, "{thread}") as run:
+    entries = [dict(entry, owner="bob"), dict(entry, owner="ann")]
+    run.graph.update_state(config_for("{thread}"), {{"memory_outbox": entries}})
+    run.backend.index.hold_memories("{thread}", 0)
+"""
+    )
+    done = subprocess.run(
+        [sys.executable, str(forged)], env=cli.env, cwd=cli.cwd, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    synced = cli.ok("memories", "sync", "--json").json()
+    assert synced["refused"] == 2 and synced["written"] == 0
+    assert _memories(cli, "ann") == [] and _memories(cli, "bob") == []
