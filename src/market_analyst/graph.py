@@ -88,7 +88,11 @@ def graph_over(checkpointer: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any
     copied with each command's saver, so a server's requests do not compile it again each time."""
     if not _COMPILED:
         _COMPILED.append(build_graph())
-    return _COMPILED[0].copy(update={"checkpointer": checkpointer})
+    compiled = _COMPILED[0]
+    graph = compiled.copy(update={"checkpointer": checkpointer})
+    # `copy` passes each attribute to the constructor, which does not take this one: kept as compiled.
+    graph._serde_allowlist = getattr(compiled, "_serde_allowlist", None)
+    return graph
 
 
 def _with_default_context(node: Callable[..., Any], deps: Deps) -> Callable[..., Any]:

@@ -173,21 +173,22 @@ def sync_memories(json_output: bool = JSON_OPTION) -> None:
             }
         )
     else:
-        if done.written or not done.waiting:
-            print(
-                f"Wrote {done.written} memory(ies) that waited for the store."
-                if done.written
-                else "No memory waited for the store."
-            )
+        if done.written:
+            print(f"Wrote {done.written} memory(ies) that waited for the store.")
+        elif not (done.waiting or done.busy or done.unreadable):
+            print("No memory waited for the store.")
         if done.busy:
             print(
-                f"Thread(s) {', '.join(done.busy)} are being advanced: the command advancing them writes "
-                "their memories."
+                f"Thread(s) {', '.join(done.busy)} are held by another command; their memories still "
+                "wait: run 'market-analyst memories sync' again when it ends."
             )
         if done.refused:
             print(f"{done.refused} outbox entry(ies) were not made by a decision and were not written.")
         if done.unreadable:
-            print(f"Thread(s) {', '.join(done.unreadable)} are sealed under keys this records store lacks.")
+            print(
+                f"Thread(s) {', '.join(done.unreadable)} are sealed under keys this records store lacks; "
+                "their memories still wait."
+            )
     if done.waiting:
         from market_analyst.errors import UserError
 

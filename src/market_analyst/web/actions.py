@@ -130,7 +130,9 @@ _AFTERWARDS: dict[int, Afterwards] = {}
 
 def afterwards(settings: Settings) -> Afterwards:
     """What copies this server's decisions' memories into the store after each answer."""
-    return _AFTERWARDS.setdefault(id(settings), Afterwards(settings))
+    if id(settings) not in _AFTERWARDS:
+        _AFTERWARDS[id(settings)] = Afterwards(settings)
+    return _AFTERWARDS[id(settings)]
 
 
 def decide_as(
@@ -154,37 +156,52 @@ def decide_as(
     identity = Identity(approver, verified=True, door=door)
     # The answer does not wait for the memory store: what the decision leaves to remember is copied
     # into it right after, in the server's own thread (workflow/memory_outbox.py).
+    later = afterwards(settings)
     try:
-        if action == "revise":
-            return _decide(
-                settings,
-                thread_id,
-                lambda: revise_thread(
-                    settings,
-                    thread_id,
-                    feedback=text,
-                    identity=identity,
-                    draft_id=draft_id,
-                    content_hash=content_hash,
-                    memories="later",
-                ),
-            )
+        with later.deciding():
+            return _decided(settings, thread_id, action, identity, text, draft_id, content_hash)
+    finally:
+        later.soon()
+
+
+def _decided(
+    settings: Settings,
+    thread_id: str,
+    action: Action,
+    identity: Identity,
+    text: str,
+    draft_id: str,
+    content_hash: str | None,
+) -> ThreadView:
+    """One decision by the signed-in `identity`, its memory left waiting for `Afterwards`."""
+    if action == "revise":
         return _decide(
             settings,
             thread_id,
-            lambda: decide(
+            lambda: revise_thread(
                 settings,
                 thread_id,
-                action=action,
+                feedback=text,
                 identity=identity,
-                note=text,
                 draft_id=draft_id,
                 content_hash=content_hash,
                 memories="later",
-            )[1],
+            ),
         )
-    finally:
-        afterwards(settings).soon()
+    return _decide(
+        settings,
+        thread_id,
+        lambda: decide(
+            settings,
+            thread_id,
+            action=action,
+            identity=identity,
+            note=text,
+            draft_id=draft_id,
+            content_hash=content_hash,
+            memories="later",
+        )[1],
+    )
 
 
 def may_decide(settings: Settings, view: ThreadView, approver: str) -> dict[str, str | None]:

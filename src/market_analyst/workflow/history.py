@@ -38,7 +38,7 @@ _RUNS_AFTER = {
     "publish": "draft_report",
 }
 # What a fork leaves behind: decisions and publications were made on the original thread.
-_NOT_FORKED = ("approval", "approvals", "decision", "publication")
+_NOT_FORKED = ("approval", "approvals", "decision", "publication", "memory_outbox")
 NO_HISTORY = (
     "this backend keeps no history: MA_REDIS_SHALLOW=true keeps only each thread's latest checkpoint, "
     "so there is nothing to list or fork from (use PostgreSQL, or Redis without MA_REDIS_SHALLOW)"

@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,53 +86,54 @@ def deliver(
     """Copy the waiting outbox entries of `threads` (every thread that has some, if None) into
     `store`. `held`: the caller holds the one thread's lease, and this is its hold.
 
-    Otherwise each thread's entries are read under its lease, taken only for that read (a thread
-    another command advances is left to it), and copied outside it; the thread is then released
-    only if no command held it since (the hold's token is unchanged), so a decision made meanwhile
-    keeps its entries waiting until that command copies them itself."""
+    Otherwise each thread's lease is taken for its copy (a thread another command advances is left
+    to it): an erasure, which copies what waits first under the same leases, never runs beside a
+    copy that could write back what it erases. A thread is released only if no command held it
+    since (the hold's token is unchanged). Only entries the store does not hold yet are written, so
+    a copy made again changes nothing (a memory replaced since stays replaced)."""
     done = Delivery()
     wanted = list(threads) if threads is not None else list(run.backend.index.held_memories())
     for n, thread_id in enumerate(wanted):
         try:
             if held is not None:
-                found: tuple[Hold, dict[str, Any]] | None = (held, _values(run, thread_id))
+                copied = _copy_one(run, store, thread_id, held, done)
             else:
                 with run.backend.lease(thread_id):
-                    found = _read(run, thread_id)
+                    hold = run.backend.index.memory_hold(thread_id)
+                    copied = hold is None or _copy_one(run, store, thread_id, hold, done)
         except ThreadBusy:
             done.busy.append(thread_id)
             continue
-        except SealedValueUnreadable:  # another records store's key (an erasure removes its own)
-            done.unreadable.append(thread_id)
-            continue
-        if found is None:
-            continue
-        (start, token), values = found
-        if not _copy(store, thread_id, values, start, done):
+        if not copied:
             done.waiting += wanted[n + 1 :]  # the store took nothing: the rest wait too
             break
-        run.backend.index.release_memories(thread_id, token)
     return done
 
 
-def _read(run: Run, thread_id: str) -> tuple[Hold, dict[str, Any]] | None:
-    hold = run.backend.index.memory_hold(thread_id)
-    return None if hold is None else (hold, _values(run, thread_id))
-
-
-def _copy(store: MemoryStore, thread_id: str, values: dict[str, Any], start: int, done: Delivery) -> bool:
-    """One thread's waiting entries into the store; False when the store took nothing."""
+def _copy_one(run: Run, store: MemoryStore, thread_id: str, hold: Hold, done: Delivery) -> bool:
+    """One thread's waiting entries into the store, then its hold released; False when the store
+    took nothing."""
+    start, token = hold
+    try:
+        values = _values(run, thread_id)
+    except SealedValueUnreadable:  # another records store's key (an erasure removes its own)
+        done.unreadable.append(thread_id)
+        return True
     entries = list(values.get(OUTBOX) or [])[start:]
     memories = [m for m in (_genuine(e, thread_id, values.get("user_id")) for e in entries) if m]
     done.refused += len(entries) - len(memories)
     if memories:
         try:
-            store.write(memories)
+            kept = store.kept(memories[0].owner, [m.id for m in memories])
+            missing = [m for m in memories if m.id not in kept]
+            if missing:
+                store.write(missing)
         except UNANSWERED as exc:
             done.waiting.append(thread_id)
             done.why = " ".join(str(exc).split()) or type(exc).__name__
             return False
-    done.written += len(memories)
+        done.written += len(missing)
+    run.backend.index.release_memories(thread_id, token)
     return True
 
 
@@ -151,6 +153,11 @@ def before_erasing(run: Run, store: MemoryStore, command: str) -> None:
             f"the memories of {len(done.waiting)} thread(s) wait for the memory store ({done.why}); "
             f"nothing was erased: run {command} again when the store is free"
         )
+    if done.busy:  # their command copies their memories when it ends, perhaps after this erasure
+        raise UserError(
+            f"thread(s) {', '.join(done.busy)} are being advanced and their memories wait for the store; "
+            f"nothing was erased: run {command} again when they end"
+        )
 
 
 def sync_memories(settings: Settings, store: MemoryStore | None = None) -> Delivery:
@@ -168,6 +175,7 @@ def sync_memories(settings: Settings, store: MemoryStore | None = None) -> Deliv
 # first of them (a steady stream of decisions still has its memories written every few seconds).
 QUIET_SECONDS = 0.25
 LONGEST_SECONDS = 2.0
+RETRY_SECONDS = 5.0  # a copy that found the store or a thread held tries again this much later
 
 
 class Afterwards:
@@ -183,6 +191,37 @@ class Afterwards:
         self._guard = threading.Lock()
         self._queued = False
         self._first = self._last = 0.0
+        # A copy holds each thread's lease while it copies it: this server's own decisions do not
+        # run beside a copy (they would find their thread busy), and a due copy waits for those
+        # already running, then goes before new ones.
+        self._turns = threading.Condition()
+        self._deciding = 0
+        self._copy_due = False
+
+    @contextmanager
+    def deciding(self) -> Iterator[None]:
+        """Hold off this server's copy for the block (a decision): it waits for a copy running now."""
+        with self._turns:
+            self._turns.wait_for(lambda: not self._copy_due)
+            self._deciding += 1
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._deciding -= 1
+                self._turns.notify_all()
+
+    @contextmanager
+    def _copying(self) -> Iterator[None]:
+        with self._turns:
+            self._copy_due = True
+            self._turns.wait_for(lambda: self._deciding == 0)
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._copy_due = False
+                self._turns.notify_all()
 
     def soon(self) -> None:
         """Copy what waits once decisions pause for QUIET_SECONDS (at most LONGEST_SECONDS after this
@@ -209,9 +248,15 @@ class Afterwards:
                 from market_analyst.deps import open_memory
 
                 self._store = open_memory(self.settings)
-            done = sync_memories(self.settings, self._store)
-            if done.waiting:
-                _log.warning("memories wait for the store: %s", done.why)
+                self._store.embedder.embed(["loaded before any thread is held"])  # the model, once
+            # Without waiting for a held store (each thread's lease is held while it is copied).
+            with self._copying():
+                done = sync_memories(self.settings, self._store.at_once())
+            if done.waiting or done.busy:  # again in a while: nothing else would copy them soon
+                _log.warning("memories wait for the store: %s", done.why or "threads busy")
+                retry = threading.Timer(RETRY_SECONDS, self.soon)
+                retry.daemon = True
+                retry.start()
         except Exception:  # the memories stay waiting, for the next decision or `memories sync`
             _log.exception("copying the memory outbox failed")
 

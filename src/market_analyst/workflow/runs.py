@@ -7,6 +7,7 @@ the saved state first, and returns a `ThreadView` for the CLI to render.
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal
@@ -222,6 +223,7 @@ def decide(
 
 
 Remembering = Literal["now", "later"]
+_log = logging.getLogger(__name__)
 
 
 def _remembering(
@@ -233,8 +235,12 @@ def _remembering(
     held = hold(run, thread_id)
     view = step()
     if memories == "now":
-        delivered = deliver(run, run.deps.memory.at_once(), [thread_id], held=held)
-        if delivered.waiting:
+        try:
+            waits = bool(deliver(run, run.deps.memory.at_once(), [thread_id], held=held).waiting)
+        except Exception:  # the decision is recorded whatever the store did: its memory waits
+            _log.warning("copying the memories of thread %s failed", thread_id, exc_info=True)
+            waits = True
+        if waits:
             view.message = f"{view.message}; {WAITING}" if view.message else WAITING
     return view
 

@@ -86,7 +86,8 @@ class EdgeMemoryStore(BaseMemoryStore):
         self._owners = OwnerMarkers(path.with_name(f".{path.name}.owners"), what=WHAT, key=marker_key)
 
     def at_once(self) -> EdgeMemoryStore:
-        at_once = copy.copy(self)  # the same embedder (a model loaded once), no wait for the folder
+        _ = self.embedder  # made (not loaded) first, so that both share it and load its model once
+        at_once = copy.copy(self)  # the same embedder and markers, no wait for the folder
         at_once._lock_wait_seconds = 0.0
         return at_once
 
