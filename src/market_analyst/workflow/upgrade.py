@@ -57,6 +57,8 @@ STATE_KEYS[3] = STATE_KEYS[2] | {"recalled"}
 # Schema 4: why the gate's last answer was not taken (it asks again instead of failing the run); the
 # approvals and the decision are sealed by the gate.
 STATE_KEYS[4] = STATE_KEYS[3] | {"refused"}
+# Schema 5: the memories the thread's decisions and publication leave, until the store holds them.
+STATE_KEYS[5] = STATE_KEYS[4] | {"memory_outbox"}
 
 # The released versions whose threads carry each schema, for messages an operator reads.
 WRITTEN_BY: dict[int, str] = {
@@ -64,6 +66,7 @@ WRITTEN_BY: dict[int, str] = {
     2: "a version of market-analyst after 0.1.0",
     3: "a version of market-analyst that recalls memories",
     4: "a version of market-analyst that seals decisions",
+    5: "a version of market-analyst that records decisions before their memories",
 }
 
 
@@ -102,10 +105,18 @@ def _schema_3_to_4(values: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": 4}
 
 
+def _schema_4_to_5(values: dict[str, Any]) -> dict[str, Any]:
+    """Schema 5 adds `memory_outbox` and removes nothing: a thread of schema 4 wrote each decision's
+    memory straight into the memory store, so none of its memories waits, which is what an absent
+    outbox says."""
+    return {"schema_version": 5}
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(source=1, apply=_schema_1_to_2),
     2: Migration(source=2, apply=_schema_2_to_3),
     3: Migration(source=3, apply=_schema_3_to_4),
+    4: Migration(source=4, apply=_schema_4_to_5),
 }
 
 
