@@ -78,12 +78,13 @@ def test_a_held_store_delays_the_memory_not_the_decision(cli: Cli):
         assert WAITS in view["message"]
         assert cli.ok("status", approved, "--json").json()["status"] == "published"
         assert cli.ok("status", rejected, "--json").json()["status"] == "rejected"
-        waiting = cli.fails("memories", "sync")
-        assert "still wait" in waiting.stderr and "3 thread(s)" in waiting.stderr
+        waiting = cli.fails("memories", "sync")  # (a shared Redis also holds other tests' threads)
+        assert "still wait" in waiting.stderr and "memory store" in waiting.stderr
     assert len(cli.archive_files()) == 1
     assert [m for m in _memories(cli)] == []  # nothing reached the store while it was held
     synced = cli.ok("memories", "sync", "--json").json()
-    assert synced == {"written": 4, "waiting": [], "busy": [], "refused": 0, "unreadable": []}
+    # Other tests' threads on a shared Redis are sealed under their own keys: unreadable here.
+    assert synced["written"] == 4 and synced["waiting"] == [] and synced["refused"] == 0
     memories = _memories(cli)
     ids = sorted(m["id"] for m in memories)
     assert len(ids) == len(set(ids)) == 4
