@@ -57,6 +57,7 @@ class _NoMemory:
         budget_chars: int = 1500,
         mode: RecallMode = "hybrid_recency",
         now: datetime | None = None,
+        floor: bool = True,
     ) -> list[Memory]:
         return []
 

@@ -294,7 +294,42 @@ def test_recency_and_ticker_rescore_the_fused_list(store: Any) -> None:
         age = (NOW - memory.created_at).total_seconds()
         recency = 1 - search.RECENCY_WEIGHT + search.RECENCY_WEIGHT * math.exp(lam * age)
         on_ticker = 1 + search.TICKER_BOOST * (memory.ticker == "NVDA")
-        assert score == pytest.approx(fused[memory.id] * recency * on_ticker, rel=1e-4)
+        report = search.REPORT_WEIGHT if memory.kind == "report" else 1.0
+        assert score == pytest.approx(fused[memory.id] * recency * on_ticker * report, rel=1e-4)
+        assert score >= search.RELEVANCE_FLOOR
+
+
+def test_report_memories_count_less_than_words_people_said(store: Any) -> None:
+    """A report memory names its ticker and its figures: it counts `REPORT_WEIGHT` times, so it does
+    not take the place of a note that matches as well."""
+    from market_analyst.persistence.memory import search
+
+    said = note("ann", "feedback", "Explain the drawdown risk in plain words", ticker="NVDA", thread="a")
+    report = note("ann", "report", "Explain the drawdown risk in plain words", ticker="NVDA", thread="b")
+    store.write([said, report])
+    fused = dict((m.id, s) for m, s in store.ranked("ann", "drawdown risk", mode="hybrid", limit=10))
+    assert fused[said.id] == pytest.approx(fused[report.id], rel=1e-4)  # the same text, the same match
+    by_id = {m.id: s for m, s in store.ranked("ann", "drawdown risk", ticker="NVDA", limit=10, now=NOW)}
+    assert by_id[report.id] == pytest.approx(by_id[said.id] * search.REPORT_WEIGHT, rel=1e-4)
+    assert [m.id for m in store.recall("ann", "drawdown risk", ticker="NVDA", now=NOW)][0] == said.id
+
+
+def test_a_memory_under_the_relevance_floor_is_not_recalled(store: Any) -> None:
+    """The floor: an owner's one memory that shares no word with the question and is not about the
+    run's ticker scores under `RELEVANCE_FLOOR` and is not recalled, so a run may recall nothing;
+    the same memory about the ticker, or a question that shares its words, recalls it."""
+    lone = note("ann", "remembered", "I prefer companies that pay dividends", ticker="MSFT", days_ago=30)
+    store.write([lone])
+    unrelated = "bitcoin on the balance sheet"
+    # Found by meaning alone (no word in common): fused, one list's only member scores a half.
+    [(found, fused)] = store.ranked("ann", unrelated, mode="hybrid", now=NOW)
+    assert found.id == lone.id and fused <= 0.5 + 1e-6
+    assert store.ranked("ann", unrelated, ticker="NVDA", now=NOW) == []
+    assert store.recall("ann", unrelated, ticker="NVDA", now=NOW) == []
+    assert [m.id for m in store.recall("ann", "dividends", ticker="NVDA", now=NOW)] == [lone.id]
+    assert [m.id for m in store.recall("ann", unrelated, ticker="MSFT", now=NOW)] == [lone.id]
+    # The baselines have no floor: they are what the floor is measured against.
+    assert [m.id for m in store.recall("ann", unrelated, mode="dense", now=NOW)] == [lone.id]
 
 
 def test_a_changed_embedder_is_refused_until_reindexed(open_store: Any, store: Any) -> None:

@@ -5,6 +5,7 @@ and prints the table the page quotes."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -52,6 +53,11 @@ def test_the_labelled_set_has_the_size_and_spread_it_claims():
             assert all(by_key[older]["created_at"] < a["created_at"] for a in answers), q["key"]
     assert sum(1 for q in questions if q.get("supersedes")) >= 10
     assert sum(1 for q in questions if not q["ticker"]) >= 10
+    # Questions nothing answers, asked in a run on a ticker the asker holds memories about.
+    off_topic = _rows("unanswerable.jsonl")
+    assert len({q["key"] for q in off_topic}) == len(off_topic) >= 24
+    assert {q["owner"] for q in off_topic} == set(owners) and not any("answers" in q for q in off_topic)
+    assert all(len(per_ticker[q["owner"], q["ticker"]]) >= 5 for q in off_topic)
     # Other users hold the same words, so an unfiltered search would find them.
     shared = Counter(
         m["owner"] for m in memories if "drawdown" in m["text"].lower() and m["kind"] != "report"
@@ -62,7 +68,7 @@ def test_the_labelled_set_has_the_size_and_spread_it_claims():
 def test_make_eval_memory_recalls_through_the_real_store_without_leaks():
     """docs/memory.md's command on every fourth question (the whole set takes about a minute here: the
     store opens its shard for each recall). The floors sit a little under what this subset measures
-    today (hybrid 0.88, BM25 and dense 0.82 recall@5), so a broken filter, fusion or embedder
+    today (hybrid 0.90, BM25 and dense 0.82 recall@5), so a broken filter, fusion or embedder
     fails it; the full figures and their targets are `make eval-memory`'s, quoted in docs/memory.md."""
     result = run_make("eval-memory", "EVAL_ARGS=--every 4 --json", check=False, timeout=300)
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -77,17 +83,52 @@ def test_make_eval_memory_recalls_through_the_real_store_without_leaks():
     # Recency puts the newer opinion first more often than fusion alone does.
     assert modes["hybrid_recency"]["recency_mrr"] > modes["hybrid"]["recency_mrr"]
     assert figures["everything_in_context"]["chars_max"] > 2000
-    # The exit code is the verdict on the targets, whatever it is.
-    assert (result.returncode != 0) == bool(figures["misses"])
+    # The pass line holds on this subset too: what `analyze` runs finds 0.90 or more, and no less
+    # than either retriever alone.
+    product = modes["hybrid_recency"]
+    assert product["recall_at_5"] >= 0.9, product
+    assert product["recall_at_5"] >= max(modes["bm25"]["recall_at_5"], modes["dense"]["recall_at_5"])
+    assert result.returncode == 0 and figures["misses"] == [], figures["misses"]
+    # Report memories take fewer places than in the unweighted fusion, and the floor may return fewer
+    # than five; the questions nothing answers were asked.
+    assert product["unanswering_reports"] < modes["hybrid"]["unanswering_reports"]
+    assert product["results_mean"] <= 5 and figures["off_topic_questions"] == 6
+    assert product["off_topic_results_mean"] is not None
 
 
-def test_the_memory_page_quotes_the_evaluation_and_its_command():
+def test_the_evaluation_asks_with_the_recall_nodes_own_query(monkeypatch):
+    """The figures are `analyze`'s: the evaluation's query is the recall node's function, which sends
+    the question alone (the ticker goes apart, as a boost), or the ticker when there is no question."""
+    import importlib.util
+
+    from market_analyst.nodes import recall as node
+
+    spec = importlib.util.spec_from_file_location("eval_memory", REPO / "scripts" / "eval_memory.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "eval_memory", script)  # its dataclasses look their module up
+    spec.loader.exec_module(script)
+    assert script.recall_query is node.recall_query and script.LIMIT == node.RECALL_LIMIT
+    assert node.recall_query("NVDA", "  what about suppliers? ") == "what about suppliers?"
+    assert node.recall_query("NVDA", None) == "NVDA" and node.recall_query("NVDA", " ") == "NVDA"
+
+
+def _quoted_table(page: str) -> str:
+    return page.split("<!-- eval-memory-table -->\n", 1)[1].split("\n<!-- /eval-memory-table -->", 1)[0]
+
+
+def test_the_readme_and_the_memory_page_quote_the_evaluation_and_its_command():
     page = (REPO / "docs" / "memory.md").read_text()
-    between = page.split("<!-- eval-memory-table -->\n", 1)[1].split("\n<!-- /eval-memory-table -->", 1)[0]
+    between = _quoted_table(page)
     names = [line.split("|")[1].strip() for line in between.splitlines()[2:]]
     assert names[:4] == ["BM25 only", "dense only", "hybrid (DBSF)", "hybrid with recency"]
     assert names[4].startswith("everything in context")
     assert "make eval-memory" in page
+    # The README quotes the same figures, the pass line's among them.
+    readme = (REPO / "README.md").read_text()
+    assert _quoted_table(readme) == between and "make eval-memory" in readme
+    product = next(line for line in between.splitlines() if line.startswith("| hybrid with recency |"))
+    assert float(product.split("|")[2]) >= 0.9
 
 
 def test_make_eval_memory_fails_when_a_target_is_missed(tmp_path):
@@ -105,4 +146,5 @@ def test_make_eval_memory_fails_when_a_target_is_missed(tmp_path):
     assert result.returncode != 0, result.stdout[-2000:]
     figures, _ = json.JSONDecoder().raw_decode(result.stdout[result.stdout.index("{") :])  # make adds lines
     assert figures["questions"] == 10 and figures["misses"]
-    assert figures["modes"]["hybrid"]["recall_at_5"] < 0.85
+    assert figures["modes"]["hybrid_recency"]["recall_at_5"] < 0.9
+    assert any(miss.startswith("hybrid with recency recall@5") for miss in figures["misses"])

@@ -36,9 +36,12 @@ class MemoryStore(Protocol):
         budget_chars: int = 1500,
         mode: RecallMode = "hybrid_recency",
         now: datetime | None = None,
+        floor: bool = True,
     ) -> list[Memory]:
         """At most `limit` of `owner`'s live memories most relevant to `query` (and `ticker`), best
-        first, whose texts together fit in `budget_chars`; [] at once when the owner has none."""
+        first, whose texts together fit in `budget_chars`; [] at once when the owner has none. With
+        `floor`, none that scores under the relevance floor (`hybrid_recency` only): a run without a
+        question asks without it, for what was said about the ticker at all."""
         ...
 
     def has_memories(self, owner: str) -> bool:

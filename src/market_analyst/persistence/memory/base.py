@@ -24,11 +24,13 @@ from market_analyst.state import Memory, check_memory_ref, validate_user_id
 
 class Ranking(TypedDict, total=False):
     """How a recall ranks (see `search`): the ticker the run analyses, the mode (`hybrid_recency`
-    unless given), and the moment recency is measured from (now unless given)."""
+    unless given), the moment recency is measured from (now unless given), and whether the relevance
+    floor applies (unless False)."""
 
     ticker: str | None
     mode: RecallMode
     now: datetime | None
+    floor: bool
 
 
 class BaseMemoryStore(ABC):
@@ -181,7 +183,9 @@ class BaseMemoryStore(ABC):
         if limit <= 0:
             return []
         mode, now = ranking.get("mode", "hybrid_recency"), ranking.get("now") or datetime.now(UTC)
-        found = self._search(Recall(owner, query, limit, ranking.get("ticker"), mode, now))
+        found = self._search(
+            Recall(owner, query, limit, ranking.get("ticker"), mode, now, floor=ranking.get("floor", True))
+        )
         # The filter already holds these; checked again so no other owner's memory can ever leave.
         return [(memory, score) for memory, score in found if memory.owner == owner and not memory.superseded]
 

@@ -46,12 +46,15 @@ RECENCY_WEIGHT = 0.3  # how much of the score recency can take away from an old 
 RECENCY_SCALE_DAYS = 180.0  # age at which the decay reaches RECENCY_MIDPOINT
 RECENCY_MIDPOINT = 0.5
 TICKER_BOOST = 0.5  # a memory about the analysed ticker counts this much more
+REPORT_WEIGHT = 0.7  # a published report's memory counts this much: it names the ticker, seldom an answer
+RELEVANCE_FLOOR = 0.55  # the least rescored score a memory needs to be recalled at all
 
 
 @dataclass(frozen=True)
 class Recall:
     """One recall as the engines run it: whose memories (a checked user ID), the query, how many at
-    most, and how they rank (the ticker favoured, the mode, the moment recency is measured from)."""
+    most, and how they rank (the ticker favoured, the mode, the moment recency is measured from, and
+    whether `hybrid_recency` drops what scores under `RELEVANCE_FLOOR`)."""
 
     owner: str
     query: str
@@ -59,6 +62,11 @@ class Recall:
     ticker: str | None
     mode: RecallMode
     now: datetime
+    floor: bool = True
+
+    @property
+    def score_threshold(self) -> float | None:
+        return RELEVANCE_FLOOR if self.floor and self.mode == "hybrid_recency" else None
 
 
 def owner_filter(owner: str, *, live_only: bool = True) -> Any:
@@ -113,6 +121,7 @@ def edge_query(recall: Recall, *, dense: Sequence[float] | None, sparse: Any) ->
         prefetches=[fused],
         query=recency_formula(ticker=recall.ticker, now=recall.now),
         filter=live,
+        score_threshold=recall.score_threshold,
         with_payload=True,
         with_vector=False,
     )
@@ -142,7 +151,11 @@ def recency_formula(*, ticker: str | None, now: datetime) -> Any:
             Expression.Mult([Expression.Constant(RECENCY_WEIGHT), decay]),
         ]
     )
-    factors = [Expression.Variable("$score"), recency]
+    is_report = Expression.Condition(FieldCondition(key="kind", match=MatchValue("report")))
+    report = Expression.Sum(
+        [Expression.Constant(1.0), Expression.Mult([Expression.Constant(REPORT_WEIGHT - 1.0), is_report])]
+    )
+    factors = [Expression.Variable("$score"), recency, report]
     if ticker:
         on_ticker = Expression.Condition(FieldCondition(key="ticker", match=MatchValue(ticker)))
         factors.append(
@@ -203,9 +216,11 @@ def client_query(recall: Recall, *, dense: Sequence[float] | None, sparse: Any) 
             midpoint=RECENCY_MIDPOINT,
         )
     )
+    is_report = models.FieldCondition(key="kind", match=models.MatchValue(value="report"))
     factors: list[Any] = [
         "$score",
         models.SumExpression(sum=[1.0 - RECENCY_WEIGHT, models.MultExpression(mult=[RECENCY_WEIGHT, decay])]),
+        models.SumExpression(sum=[1.0, models.MultExpression(mult=[REPORT_WEIGHT - 1.0, is_report])]),
     ]
     if ticker:
         on_ticker = models.FieldCondition(key="ticker", match=models.MatchValue(value=ticker))
@@ -214,4 +229,5 @@ def client_query(recall: Recall, *, dense: Sequence[float] | None, sparse: Any) 
         "prefetch": [models.Prefetch(prefetch=prefetch, query=fusion, limit=FUSED_LIMIT)],
         "query": models.FormulaQuery(formula=models.MultExpression(mult=factors)),
         "query_filter": live,
+        "score_threshold": recall.score_threshold,
     }
