@@ -61,6 +61,9 @@ class _NoMemory:
     ) -> list[Memory]:
         return []
 
+    def verify(self) -> None:
+        return None
+
     def has_memories(self, owner: str) -> bool:
         return False
 

@@ -3,6 +3,7 @@ forgotten, pruned; and several real processes writing to one shard at once."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -383,7 +384,7 @@ def test_owner_markers_name_nobody_and_an_earlier_releases_are_rebuilt_under_the
     import shutil
 
     edge_store.write([note("bob", "remembered", "Prefer dividend payers"), *ANN])
-    folder = edge_store.path.with_name(f".{edge_store.path.name}.owners")
+    folder = edge_store.path / "owners"
     keyed = {path.name for path in folder.iterdir()} - {"KEYED"}
     plain = {hashlib.sha256(owner.encode()).hexdigest()[:32] for owner in ("ann", "bob")}
     assert len(keyed) == 2 and not keyed & plain
@@ -398,7 +399,7 @@ def test_owner_markers_name_nobody_and_an_earlier_releases_are_rebuilt_under_the
     assert {path.name for path in folder.iterdir()} == keyed | {"KEYED"}
     assert not edge_store._owners.may_have("cy")
 
-    # A store copied without the folder beside it: the markers are rebuilt, no one's memories hidden.
+    # A store whose markers were lost: they are rebuilt, no one's memories hidden.
     shutil.rmtree(folder)
     assert [m.text for m in edge_store.recall("bob", "dividends")] == ["Prefer dividend payers"]
     assert {path.name for path in folder.iterdir()} == keyed | {"KEYED"}
@@ -431,3 +432,72 @@ def test_an_openai_compatible_embedder_is_the_second_implementation(
             local.recall("ann", "suppliers", now=NOW)
     finally:
         server.close()
+
+
+def _as_an_earlier_release_left_it(store: EdgeMemoryStore) -> None:
+    """The layout before the store was one folder: the shard itself as `memories/` (its embedder
+    record inside, no manifest) and the owners' markers beside it in `.memories.owners`."""
+    import shutil
+
+    path = store.path
+    parked = path.with_name("shard-moving")
+    os.rename(store.shard_path, parked)
+    os.rename(path / "owners", path.with_name(f".{path.name}.owners"))
+    shutil.rmtree(path)
+    os.rename(parked, path)
+    (path / "manifest.json").unlink()
+
+
+def test_a_store_an_earlier_release_left_is_moved_into_one_folder_and_recorded(
+    edge_store: EdgeMemoryStore,
+) -> None:
+    edge_store.write([note("bob", "remembered", "Prefer dividend payers"), *ANN])
+    _as_an_earlier_release_left_it(edge_store)
+    assert (edge_store.path / "edge_config.json").is_file()
+    assert len(edge_store.list("ann")) == 3 and len(edge_store.list("bob")) == 1
+    assert (edge_store.shard_path / "edge_config.json").is_file()
+    assert (edge_store.path / "owners").is_dir()
+    assert not edge_store.path.with_name(".memories.owners").exists()
+    report = edge_store.check()
+    assert report["ok"] and report["memories"] == 4 and report["users"] == 2, report
+    assert not edge_store.has_memories("cy")  # the markers came along, still trusted
+
+
+def test_a_kill_in_the_middle_of_moving_an_earlier_store_in_is_finished_by_the_next_opening(
+    edge_store: EdgeMemoryStore,
+) -> None:
+    """Killed after the shard was parked beside the folder, and again after the folder was made:
+    each next opening goes on from there, and no memory is lost or taken for damage."""
+    edge_store.write(ANN)
+    _as_an_earlier_release_left_it(edge_store)
+    parked = edge_store.path.with_name(f".{edge_store.path.name}.upgrading")
+    (edge_store.path / "upgraded-from-unrecorded").touch()
+    os.rename(edge_store.path, parked)  # killed here: no `memories/` at all
+    assert len(edge_store.list("ann")) == 3
+    assert edge_store.check()["ok"]
+
+
+def test_a_shard_without_its_manifest_or_embedder_record_is_refused_not_empty(
+    edge_store: EdgeMemoryStore,
+) -> None:
+    from market_analyst.persistence.memory.manifest import StoreDamaged
+
+    edge_store.write(ANN)
+    manifest = edge_store.shard_path / "manifest.json"
+    saved = manifest.read_bytes()
+    manifest.unlink()
+    with pytest.raises(StoreDamaged, match="memories check"):
+        edge_store.list("ann")
+    with pytest.raises(StoreDamaged):
+        edge_store.write([note("ann", "remembered", "one more")])
+    manifest.write_bytes(saved)
+    (edge_store.shard_path / "memory_embedder.json").unlink()
+    with pytest.raises(StoreDamaged, match="embedder"):
+        edge_store.recall("ann", "suppliers", now=NOW)
+    assert edge_store.restore()["restored"] and len(edge_store.list("ann")) == 3
+    import shutil
+
+    shutil.rmtree(edge_store.shard_path)  # the shard gone, its copy and markers left: not an empty store
+    with pytest.raises(StoreDamaged, match="missing"):
+        edge_store.list("ann")
+    assert edge_store.restore()["restored"] and len(edge_store.list("ann")) == 3

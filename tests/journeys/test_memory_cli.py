@@ -108,7 +108,7 @@ def test_a_killed_erasure_leaves_no_copy_once_any_command_opens_the_store(mem_cl
         "call:after:market_analyst.persistence.qdrant.edge_shard:build_beside",
         cwd=cli.cwd,
     )
-    copy = cli.data_dir / "memories.edge-new"
+    copy = cli.data_dir / "memories" / "shard.edge-new"
     assert killed.killed and copy.is_dir()
     assert sorted(_ids(cli, "--user", "ann")) == sorted(ids)  # the erasure never happened
     assert not copy.exists()

@@ -156,6 +156,53 @@ def reindex_memories(json_output: bool = JSON_OPTION) -> None:
         print(f"Embedded {count} memories again.")
 
 
+@app.command("check")
+def check_memories(json_output: bool = JSON_OPTION) -> None:
+    """Read every memory and compare the store with its manifest; exit 2 when it fails."""
+    from market_analyst.errors import UserError
+    from market_analyst.workflow.memories import check_memories as check
+
+    report = check(load_settings())
+    previous = report.get("previous")
+    if json_output:
+        emit_json(report)
+    else:
+        if report["ok"]:
+            print(f"The memory store in {report['store']} passes its check: {report['memories']} memories.")
+        else:
+            print(f"The memory store in {report['store']} fails its check: {report['problem']}.")
+        if previous is None:
+            print("It keeps no copy to restore from.")
+        elif previous["ok"]:
+            print(
+                f"Its copy passes its check: {previous['memories']} memories "
+                "(`memories restore` puts it back)."
+            )
+        else:
+            print(f"Its copy fails its check too: {previous['problem']}.")
+    if not report["ok"]:
+        hint = " run `market-analyst memories restore`" if previous and previous["ok"] else ""
+        raise UserError(
+            f"the memory store fails its check: {report['problem']};{hint or ' it has no good copy'}"
+        )
+
+
+@app.command("restore")
+def restore_memories(json_output: bool = JSON_OPTION) -> None:
+    """Put the store's copy (as the last change that passed its check left it) back in place of a
+    store that fails its check; the damaged one is kept aside until the next erasure."""
+    from market_analyst.workflow.memories import restore_memories as restore
+
+    done = restore(load_settings())
+    if json_output:
+        emit_json(done)
+    elif not done["restored"]:
+        print(f"The memory store passes its check ({done['memories']} memories): nothing was restored.")
+    else:
+        kept = f"; the damaged store is kept in {done['kept']} until the next erasure" if done["kept"] else ""
+        print(f"Restored the memory store from its copy: {done['memories']} memories{kept}.")
+
+
 @app.command("sync")
 def sync_memories(json_output: bool = JSON_OPTION) -> None:
     """Write the memories that decisions left waiting while the store could not be written."""

@@ -44,6 +44,11 @@ class MemoryStore(Protocol):
         question asks without it, for what was said about the ticker at all."""
         ...
 
+    def verify(self) -> None:
+        """Check the whole store, every memory read, as a write or an erasure does first; `UserError`
+        (in one line, naming `memories check`) when it fails."""
+        ...
+
     def has_memories(self, owner: str) -> bool:
         """Whether `owner` has any memory (superseded ones count); cheap, loads no model."""
         ...

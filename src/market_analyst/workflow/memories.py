@@ -4,6 +4,7 @@ and re-embed every memory after a change of model. The CLI renders what these re
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from market_analyst.deps import open_memory
 from market_analyst.errors import UserError
@@ -116,3 +117,13 @@ def sync(settings: Settings) -> Delivery:
 def reindex_memories(settings: Settings) -> int:
     """Embed every memory again with the configured embedder; returns how many."""
     return open_memory(settings).reindex()
+
+
+def check_memories(settings: Settings) -> dict[str, Any]:
+    """Whether the memory store passes its full check, and its copy (`memories check`)."""
+    return open_memory(settings).check()
+
+
+def restore_memories(settings: Settings) -> dict[str, Any]:
+    """Put the memory store's copy back in place of a store that fails its check (`memories restore`)."""
+    return open_memory(settings).restore()

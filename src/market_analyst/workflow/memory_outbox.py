@@ -146,7 +146,10 @@ def catch_up(run: Run, store: MemoryStore) -> Delivery:
 
 def before_erasing(run: Run, store: MemoryStore, command: str) -> None:
     """Copy what waits into the store before an erasure, so that the erasure reaches it too (and a
-    memory erased now is never copied in afterwards); `UserError` when some of it cannot be copied."""
+    memory erased now is never copied in afterwards); `UserError` when some of it cannot be copied,
+    or when the store fails its full check (an erasure never starts on a damaged store: not in the
+    threads that quote a memory, not in the store)."""
+    store.verify()
     done = catch_up(run, store)
     if done.waiting:
         raise UserError(

@@ -274,6 +274,29 @@ class BaseMemoryStore(ABC):
         """How many memories (of every owner) were made before `older_than`: what `prune` would erase."""
         return self._count_matching(self._made_before(older_than))
 
+    def verify(self) -> None:
+        """Check the whole store as a write does first (the Edge store's shard against its manifest;
+        a Qdrant server keeps its own files)."""
+        return None
+
+    def check(self) -> dict[str, Any]:
+        """What `memories check` reports (the Edge store checks its shard against its manifest; a
+        Qdrant server keeps its own files, so here it is asked how many memories it holds)."""
+        return {
+            "store": self.location,
+            "ok": True,
+            "problem": None,
+            "memories": self._count_matching(None),
+            "previous": None,
+        }
+
+    def restore(self) -> dict[str, Any]:
+        """Put back the copy of a store that fails its check (the Edge store's; a server's own
+        snapshots restore a server)."""
+        raise UserError(
+            f"the memory store at {self.location} is a Qdrant server: restore it from its snapshots"
+        )
+
     def all_points(self) -> builtins.list[dict[str, Any]]:
         """Every point with its payload and vectors, for checks of what is stored."""
         return [

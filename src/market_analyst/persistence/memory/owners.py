@@ -48,6 +48,18 @@ class OwnerMarkers:
     def _marker(self, owner: str) -> str:
         return hmac.new(self._keyed(), owner.encode(), hashlib.sha256).hexdigest()[:32]
 
+    def name_of(self, owner: str) -> str:
+        """The name `owner` goes by in this folder (and in the store's manifest): a keyed hash."""
+        return self._marker(owner)
+
+    def any_marked(self) -> bool:
+        """Whether any owner is marked: someone has (or had) memories here."""
+        try:
+            names = (entry.name for entry in self.folder.iterdir())
+            return any(name != STAMP and not name.startswith(".") for name in names)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     def _fingerprint(self) -> str:
         return hmac.new(self._keyed(), b"fingerprint", hashlib.sha256).hexdigest()[:32]
 
