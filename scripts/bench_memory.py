@@ -121,7 +121,7 @@ def recall(sizes: list[int]) -> bool:
             asks = [(owner(rng.randrange(owners)), rng.choice(QUERIES)) for _ in range(300)]
             bm25 = Bm25()
             vectors = {q: _EMBEDDER.embed([q])[0] for q in QUERIES}
-            shard = EdgeShard.load(str(path))
+            shard = EdgeShard.load(str(EdgeMemoryStore(path, embedder=lambda: _EMBEDDER).shard_path))
             try:
                 inside = []
                 for i, (who, q) in enumerate(asks):
