@@ -203,6 +203,8 @@ def check_memory_text(text: str) -> str:
         raise UserError("a memory needs some text: it is empty")
     if len(text) > MAX_MEMORY_CHARS:
         raise UserError(f"a memory is at most {MAX_MEMORY_CHARS} characters; this one has {len(text)}")
+    if text.isprintable():  # no character of any unwritable category: the common case, at C speed
+        return text
     joiners = emoji_joiners(text)
     for at, char in enumerate(text):
         if unicodedata.category(char) in UNWRITABLE_CATEGORIES and at not in joiners:
