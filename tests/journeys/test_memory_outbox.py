@@ -11,11 +11,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 from market_analyst.nodes.record_decision import MEMORY_KINDS
 from market_analyst.state import memory_id
+from market_analyst.workflow.memory_outbox import QUIET_SECONDS
 from tests.support.backends import both_backends
 from tests.support.cli import Cli
 
@@ -169,3 +171,33 @@ with open_run(settings, "{thread}") as run:
     synced = cli.ok("memories", "sync", "--json").json()
     assert synced["refused"] == 2 and synced["written"] == 0
     assert _memories(cli, "ann") == [] and _memories(cli, "bob") == []
+
+
+def test_a_servers_copy_never_makes_its_own_decisions_busy(cli: Cli, serve):
+    """Decisions reach a server while it copies the memories of the ones before, on the same
+    threads (a quorum of two): none is refused as busy, each thread publishes once, and every
+    approval note and report reaches the store once."""
+    cli.env["MA_REQUIRED_APPROVALS"] = "2"
+    tokens = {name: cli.ok("approvers", "add", name).stdout.strip() for name in ("amy", "ben")}
+    drafts = dict(_draft(cli) for _ in range(4))
+    server = serve(cli)
+
+    def approve(name: str, thread: str) -> tuple[int, str]:
+        with server.client(tokens[name]) as api:
+            body = {"draft_id": drafts[thread], "note": f"{name} read {thread}"}
+            response = api.post(f"/api/threads/{thread}/approve", json=body)
+            return response.status_code, response.json().get("status") or response.text
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = list(pool.map(lambda t: approve("amy", t), drafts))
+        assert first == [(200, "awaiting_approval")] * 4
+        time.sleep(QUIET_SECONDS + 0.05)  # the copy of amy's notes starts about now
+        second = list(pool.map(lambda t: approve("ben", t), drafts))
+    assert second == [(200, "published")] * 4
+    expected = {_decision_id("approve", t, d, by) for t, d in drafts.items() for by in ("amy", "ben")}
+    deadline = time.monotonic() + 60
+    while len(memories := _memories(cli)) < len(expected) + len(drafts) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ids = [m["id"] for m in memories]
+    assert len(ids) == len(set(ids)) and expected <= set(ids)
+    assert [m["kind"] for m in memories].count("report") == len(drafts) == len(cli.archive_files())

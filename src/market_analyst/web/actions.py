@@ -158,7 +158,7 @@ def decide_as(
     # into it right after, in the server's own thread (workflow/memory_outbox.py).
     later = afterwards(settings)
     try:
-        with later.deciding():
+        with later.deciding(thread_id):
             return _decided(settings, thread_id, action, identity, text, draft_id, content_hash)
     finally:
         later.soon()

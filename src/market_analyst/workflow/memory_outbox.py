@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,60 +80,92 @@ def _genuine(entry: Any, thread_id: str, owner: Any) -> Memory | None:
     return memory if memory.id == expected else None
 
 
+# A copy takes the leases of at most this many threads at once (a PostgreSQL lease is a connection),
+# and opens the store once for all of them.
+BATCH = 16
+Claim = Callable[[list[str]], AbstractContextManager[list[str]]]
+
+
 def deliver(
-    run: Run, store: MemoryStore, threads: Iterable[str] | None = None, *, held: Hold | None = None
+    run: Run,
+    store: MemoryStore,
+    threads: Iterable[str] | None = None,
+    *,
+    held: Hold | None = None,
+    claim: Claim | None = None,
 ) -> Delivery:
     """Copy the waiting outbox entries of `threads` (every thread that has some, if None) into
     `store`. `held`: the caller holds the one thread's lease, and this is its hold.
 
     Otherwise each thread's lease is taken for its copy (a thread another command advances is left
     to it): an erasure, which copies what waits first under the same leases, never runs beside a
-    copy that could write back what it erases. A thread is released only if no command held it
-    since (the hold's token is unchanged). Only entries the store does not hold yet are written, so
-    a copy made again changes nothing (a memory replaced since stays replaced)."""
+    copy that could write back what it erases. Threads are copied BATCH at a time, with the store
+    opened once per batch; `claim` (a server's) yields which threads of a batch it may take now,
+    and holds off its own decisions on them meanwhile. A thread is released only if no command held
+    it since (the hold's token is unchanged). Only entries the store does not hold yet are written,
+    so a copy made again changes nothing (a memory replaced since stays replaced)."""
     done = Delivery()
     wanted = list(threads) if threads is not None else list(run.backend.index.held_memories())
-    for n, thread_id in enumerate(wanted):
-        try:
-            if held is not None:
-                copied = _copy_one(run, store, thread_id, held, done)
-            else:
-                with run.backend.lease(thread_id):
-                    hold = run.backend.index.memory_hold(thread_id)
-                    copied = hold is None or _copy_one(run, store, thread_id, hold, done)
-        except ThreadBusy:
-            done.busy.append(thread_id)
-            continue
-        if not copied:
-            done.waiting += wanted[n + 1 :]  # the store took nothing: the rest wait too
-            break
+    if held is not None:
+        [thread_id] = wanted
+        _copy_batch(run, store, [(thread_id, held)], done)
+        return done
+    for start in range(0, len(wanted), BATCH):
+        with (claim or _all)(wanted[start : start + BATCH]) as claimed, ExitStack() as leases:
+            holds: list[tuple[str, Hold]] = []
+            for thread_id in claimed:
+                try:
+                    leases.enter_context(run.backend.lease(thread_id))
+                except ThreadBusy:
+                    done.busy.append(thread_id)
+                    continue
+                hold = run.backend.index.memory_hold(thread_id)
+                if hold is not None:
+                    holds.append((thread_id, hold))
+            if not _copy_batch(run, store, holds, done):
+                done.waiting += wanted[start + BATCH :]  # the store took nothing: the rest wait too
+                break
     return done
 
 
-def _copy_one(run: Run, store: MemoryStore, thread_id: str, hold: Hold, done: Delivery) -> bool:
-    """One thread's waiting entries into the store, then its hold released; False when the store
-    took nothing."""
-    start, token = hold
-    try:
-        values = _values(run, thread_id)
-    except SealedValueUnreadable:  # another records store's key (an erasure removes its own)
-        done.unreadable.append(thread_id)
-        return True
-    entries = list(values.get(OUTBOX) or [])[start:]
-    memories = [m for m in (_genuine(e, thread_id, values.get("user_id")) for e in entries) if m]
-    done.refused += len(entries) - len(memories)
+@contextmanager
+def _all(threads: list[str]) -> Iterator[list[str]]:
+    yield threads
+
+
+def _copy_batch(run: Run, store: MemoryStore, holds: list[tuple[str, Hold]], done: Delivery) -> bool:
+    """The waiting entries of the threads of `holds` (their leases held) into the store, in one
+    write, then each thread's hold released; False (the threads waiting) when the store took
+    nothing."""
+    memories: list[Memory] = []
+    taken: list[tuple[str, str]] = []  # (thread, token) to release once the store holds its entries
+    for thread_id, (start, token) in holds:
+        try:
+            values = _values(run, thread_id)
+        except SealedValueUnreadable:  # another records store's key (an erasure removes its own)
+            done.unreadable.append(thread_id)
+            continue
+        entries = list(values.get(OUTBOX) or [])[start:]
+        genuine = [m for m in (_genuine(e, thread_id, values.get("user_id")) for e in entries) if m]
+        done.refused += len(entries) - len(genuine)
+        memories += genuine
+        taken.append((thread_id, token))
     if memories:
         try:
-            kept = store.kept(memories[0].owner, [m.id for m in memories])
+            by_owner: dict[str, list[str]] = {}
+            for memory in memories:
+                by_owner.setdefault(memory.owner, []).append(memory.id)
+            kept = set().union(*(store.kept(owner, ids) for owner, ids in by_owner.items()))
             missing = [m for m in memories if m.id not in kept]
             if missing:
                 store.write(missing)
         except UNANSWERED as exc:
-            done.waiting.append(thread_id)
+            done.waiting += [thread_id for thread_id, _ in taken]
             done.why = " ".join(str(exc).split()) or type(exc).__name__
             return False
         done.written += len(missing)
-    run.backend.index.release_memories(thread_id, token)
+    for thread_id, token in taken:
+        run.backend.index.release_memories(thread_id, token)
     return True
 
 
@@ -163,7 +195,9 @@ def before_erasing(run: Run, store: MemoryStore, command: str) -> None:
         )
 
 
-def sync_memories(settings: Settings, store: MemoryStore | None = None) -> Delivery:
+def sync_memories(
+    settings: Settings, store: MemoryStore | None = None, *, claim: Claim | None = None
+) -> Delivery:
     """Copy every waiting outbox entry into the memory store (`memories sync`, a server after each
     decision). Opens the checkpointer; builds no adapter when nothing waits."""
     from market_analyst.deps import open_memory
@@ -171,7 +205,7 @@ def sync_memories(settings: Settings, store: MemoryStore | None = None) -> Deliv
     with open_run(settings) as run:
         if not run.backend.index.held_memories():
             return Delivery()
-        return deliver(run, store or open_memory(settings))
+        return deliver(run, store or open_memory(settings), claim=claim)
 
 
 # A server copies what its decisions left once they pause this long, and at most this long after the
@@ -195,35 +229,41 @@ class Afterwards:
         self._queued = False
         self._first = self._last = 0.0
         # A copy holds each thread's lease while it copies it: this server's own decisions do not
-        # run beside a copy (they would find their thread busy), and a due copy waits for those
-        # already running, then goes before new ones.
+        # run beside a copy of their thread (they would find it busy). A decision waits for the
+        # batch that holds its thread; a copy leaves the threads being decided to their decisions,
+        # each of which asks for a copy again as it ends. Decisions on other threads go on.
         self._turns = threading.Condition()
-        self._deciding = 0
-        self._copy_due = False
+        self._deciding: dict[str, int] = {}
+        self._copying: set[str] = set()
 
     @contextmanager
-    def deciding(self) -> Iterator[None]:
-        """Hold off this server's copy for the block (a decision): it waits for a copy running now."""
+    def deciding(self, thread_id: str) -> Iterator[None]:
+        """Hold off this server's copy of the thread for the block (a decision on it): it waits
+        for a copy of the thread running now."""
         with self._turns:
-            self._turns.wait_for(lambda: not self._copy_due)
-            self._deciding += 1
+            self._turns.wait_for(lambda: thread_id not in self._copying)
+            self._deciding[thread_id] = self._deciding.get(thread_id, 0) + 1
         try:
             yield
         finally:
             with self._turns:
-                self._deciding -= 1
+                self._deciding[thread_id] -= 1
+                if not self._deciding[thread_id]:
+                    del self._deciding[thread_id]
                 self._turns.notify_all()
 
     @contextmanager
-    def _copying(self) -> Iterator[None]:
+    def _claim(self, threads: list[str]) -> Iterator[list[str]]:
+        """The threads of a batch that no decision of this server holds, held off from its decisions
+        for the block."""
         with self._turns:
-            self._copy_due = True
-            self._turns.wait_for(lambda: self._deciding == 0)
+            claimed = [thread_id for thread_id in threads if thread_id not in self._deciding]
+            self._copying.update(claimed)
         try:
-            yield
+            yield claimed
         finally:
             with self._turns:
-                self._copy_due = False
+                self._copying.difference_update(claimed)
                 self._turns.notify_all()
 
     def soon(self) -> None:
@@ -253,8 +293,7 @@ class Afterwards:
                 self._store = open_memory(self.settings)
                 self._store.embedder.embed(["loaded before any thread is held"])  # the model, once
             # Without waiting for a held store (each thread's lease is held while it is copied).
-            with self._copying():
-                done = sync_memories(self.settings, self._store.at_once())
+            done = sync_memories(self.settings, self._store.at_once(), claim=self._claim)
             if done.waiting or done.busy:  # again in a while: nothing else would copy them soon
                 _log.warning("memories wait for the store: %s", done.why or "threads busy")
                 retry = threading.Timer(RETRY_SECONDS, self.soon)
