@@ -369,3 +369,24 @@ def test_a_chain_of_replacements_holds_on_the_command_line(mem_cli: Cli) -> None
     assert f"Memory {first}, which it had replaced, is recalled again." in forgot.stdout
     assert _ids(cli, "--user", "ann") == [first]
     assert cli.ok("memories", "forget", first, "--user", "ann", "--json").json()["recalled_again"] is None
+
+
+def test_the_documented_sparse_copy_is_a_whole_store_of_its_own_size(mem_cli: Cli, tmp_path: Path) -> None:
+    """docs/memory.md and docs/operations.md: `cp -a --sparse=always` of `MA_DATA_DIR/memories` is the
+    whole store (another data directory with only that folder lists, checks and recalls it), and the
+    copy takes on disk what the store holds, not the engine's preallocated size."""
+    import subprocess
+
+    cli = mem_cli
+    kept = cli.ok("remember", "--user", "ann", "Watch supplier concentration at TSMC", "--json").json()
+    source = cli.data_dir / "memories"
+    apparent = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+    other = tmp_path / "other-data"
+    other.mkdir()
+    subprocess.run(["cp", "-a", "--sparse=always", str(source), str(other / "memories")], check=True)
+    allocated = sum(p.stat().st_blocks * 512 for p in (other / "memories").rglob("*") if p.is_file())
+    assert apparent > 100_000_000 and allocated < apparent / 10, (apparent, allocated)
+
+    moved = Cli(env=cli.env | {"MA_DATA_DIR": str(other)}, cwd=tmp_path, harness=cli.harness)
+    assert [m["id"] for m in moved.ok("memories", "list", "--user", "ann", "--json").json()] == [kept["id"]]
+    assert moved.ok("memories", "check").returncode == 0
