@@ -235,7 +235,10 @@ def test_forget_including_said_by_takes_her_words_out_of_other_users_records(sto
     assert cli.ok("status", recalled, "--json").json()["status"] == "published"
     assert _found([feedback, note], *roots) == {}
     again = cli.ok("forget", "--user", "ann", "--including-said-by", "--yes", "--json").json()
-    assert again["said_by"] == {"threads": [], "memories": 0, "reports": [], "busy": [], "unreadable": []}
+    why = {thread: cli.run("status", thread).stderr.strip() for thread in again["said_by"]["unreadable"]}
+    assert again["said_by"] == {"threads": [], "memories": 0, "reports": [], "busy": [], "unreadable": []}, (
+        why
+    )
 
 
 DAY = 86_400
