@@ -80,15 +80,21 @@ def private_tree(root: Path) -> None:
                     os.chmod(path, mode)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` to `fd`: a write may take less than it was given (a disk filling
+    up), and the next one then says why (`OSError`, ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_new_private(path: Path, data: bytes) -> None:
     """Create `path` (it must not exist: `FileExistsError`) holding `data`, on disk (fsynced) and
     owner-only (0600) whatever the umask."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
-        view = memoryview(data)
-        while view:  # a write may take less than it was given
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -3,13 +3,12 @@ line on stderr and exit 2, never an empty answer, a traceback or a half-written 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import disks
 from tests.support.cli import Cli
 
 
@@ -37,31 +36,12 @@ def test_a_data_directory_under_a_file_is_an_error_not_an_empty_store(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 256 KiB file system (tmpfs, mounted as root) to fill up."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True
-    )
-    if proc.returncode != 0:
-        reason = f"cannot mount a small tmpfs here ({proc.stderr.decode().strip() or 'not root'})"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    try:
+    with disks.small_disk(tmp_path / "small-disk") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(disk: Path) -> None:
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass  # full
-    finally:
-        os.close(fd)
+    disks.fill(disk)
 
 
 def test_approvers_add_on_a_full_disk_is_one_line_and_changes_nothing(cli: Cli, small_disk: Path) -> None:
@@ -76,3 +56,33 @@ def test_approvers_add_on_a_full_disk_is_one_line_and_changes_nothing(cli: Cli, 
     assert sorted(p.name for p in (small_disk / "data").iterdir()) == [".approvers.lock", "approvers.json"]
     listed = cli.ok("approvers", "list", extra_env=env).stdout
     assert "carl" in listed and "ann" not in listed
+
+
+def _audit_files(data: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (data / "audit").iterdir()}
+
+
+def test_an_approval_on_a_full_disk_leaves_the_audit_log_whole(cli: Cli, small_disk: Path) -> None:
+    """The audit append meets a full disk: one line, and the log exactly as it was (a part of a line
+    would make every later read of it refuse). With space back, the same approval goes through.
+    Only the audit log's folder is on the small disk."""
+    data = small_disk.parent / "data"
+    data.mkdir(mode=0o700)
+    (small_disk / "audit").mkdir(mode=0o700)
+    (data / "audit").symlink_to(small_disk / "audit")
+    env = {"MA_DATA_DIR": str(data)}
+    thread = cli.ok("analyze", "NVDA", "--user", "ann", "--json", extra_env=env).json()["thread_id"]
+    cli.ok("approve", cli.ok("analyze", "AAPL", "--user", "ann", "--json", extra_env=env).json()["thread_id"],
+           "--user", "rev", extra_env=env)  # fmt: skip
+    before = _audit_files(data)
+    _fill(small_disk)
+    refused = cli.fails("approve", thread, "--user", "rev", "--note", "fine " * 200, extra_env=env)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "No space left on device" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    assert "the entry was not written" in refused.stderr and f"resume {thread}" in refused.stderr
+    assert _audit_files(data) == before  # nothing of the entry, no temporary file
+    (small_disk / "filler").unlink()
+    cli.ok("audit", "verify", extra_env=env)
+    cli.ok("approve", thread, "--user", "rev", extra_env=env)
+    assert cli.ok("status", thread, "--json", extra_env=env).json()["status"] == "published"
+    assert cli.ok("audit", "verify", extra_env=env).returncode == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.files import FILE_MODE, exclusive_lock, fsync_dir, private_dir
+from market_analyst.files import FILE_MODE, exclusive_lock, fsync_dir, private_dir, write_all
 from market_analyst.persistence.audit.base import AuditChain, canonical, erase, next_entry
 from market_analyst.ports import AuditEvent
 
@@ -49,24 +49,51 @@ class AuditLog(AuditChain):
             raise UserError(f"cannot read the audit log {self.path}: {exc.strerror or exc}") from None
         return [line for line in data.split(b"\n") if line.strip()]
 
-    def _write_head(self, seq: int, digest: str) -> None:
-        tmp = self.head_path.with_name(f".audit.head.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    @staticmethod
+    def _prepared(path: Path, data: bytes) -> Path:
+        """A temporary file beside `path` holding all of `data`, fsynced, to rename onto it; or
+        `OSError`, with nothing left behind."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            os.write(fd, canonical({"seq": seq, "hash": digest}).encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.head_path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    @staticmethod
+    def _head_line(seq: int, digest: str) -> bytes:
+        return canonical({"seq": seq, "hash": digest}).encode() + b"\n"
+
+    def _write_head(self, seq: int, digest: str) -> None:
+        os.replace(self._prepared(self.head_path, self._head_line(seq, digest)), self.head_path)
 
     def _append_line(self, entry: dict[str, Any]) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        """The entry appended and the head moved to it, or neither: a disk that fills up midway gets
+        the log cut back to the entry before (a short write left part of a line, which would make
+        every later read of the log refuse) and one line saying the entry was not written."""
         try:
-            os.write(fd, canonical(entry).encode() + b"\n")
-            os.fsync(fd)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            raise _unwritten(self.path, exc, "the entry was not written") from None
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                write_all(fd, canonical(entry).encode() + b"\n")
+                os.fsync(fd)
+                self._write_head(entry["seq"], entry["hash"])
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # shrinking a file needs no free space
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                raise _unwritten(self.path, exc, "the entry was not written") from None
         finally:
             os.close(fd)
-        self._write_head(entry["seq"], entry["hash"])
 
     @staticmethod
     def _parse(stored: bytes | str, number: int) -> dict[str, Any]:
@@ -110,17 +137,21 @@ class AuditLog(AuditChain):
             erased, marker = erase(entries, user_id, at)
             if marker is None:
                 return 0
-            body = b"".join(canonical(entry).encode() + b"\n" for entry in entries)
-            tmp = self.path.with_name(f".audit.jsonl.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+            # The rewritten log, its erasure entry included, and its head are both written out in
+            # full before either is renamed into place: a disk that fills up leaves the log as it was.
+            body = b"".join(canonical(entry).encode() + b"\n" for entry in [*entries, marker])
+            prepared: list[Path] = []
             try:
-                os.write(fd, body)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+                prepared.append(self._prepared(self.path, body))
+                head = self._head_line(marker["seq"], marker["hash"])
+                prepared.append(self._prepared(self.head_path, head))
+            except OSError as exc:
+                for tmp in prepared:
+                    tmp.unlink(missing_ok=True)
+                raise _unwritten(self.path, exc, "nothing was erased from it") from None
+            os.replace(prepared[0], self.path)
+            os.replace(prepared[1], self.head_path)
             fsync_dir(self.root)
-            self._append_line(marker)
         return len(erased)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -144,3 +175,7 @@ class AuditLog(AuditChain):
         except (OSError, ValueError):
             return {}
         return head if isinstance(head, dict) else {}
+
+
+def _unwritten(path: Path, exc: OSError, outcome: str) -> UserError:
+    return UserError(f"cannot write the audit log {path}: {exc.strerror or exc}; {outcome}")
