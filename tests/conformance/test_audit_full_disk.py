@@ -1,7 +1,9 @@
 """The file audit log on a real full disk (a small tmpfs): an erasure that cannot write the whole
 rewritten log leaves it byte for byte as it was, and says so in one line; an append that cannot
 write its whole entry leaves no part of it. Before, a short write was taken for a whole one: `forget`
-on a disk with less free space than the log replaced the log with its first part."""
+on a disk with less free space than the log replaced the log with its first part, and an append
+left part of a line that made every later read refuse; such a log is now read, and mended by the
+next write."""
 
 from __future__ import annotations
 
@@ -61,3 +63,30 @@ def test_an_append_that_does_not_fit_leaves_no_part_of_its_entry(tmp_path: Path)
                                       actor="rev", note="too long to fit " * 300))  # fmt: skip
             assert _files(log.root) == before
         assert log.verify().problem is None
+
+
+@pytest.mark.parametrize("head_moved", [False, True], ids=["head-kept", "head-moved-by-an-older-release"])
+def test_a_log_that_ends_in_part_of_an_entry_is_read_and_mended_by_the_next_write(
+    tmp_path: Path, head_moved: bool
+):
+    """What a short write left (a kill before the cut, or an older release that took a short write for
+    a whole one, and may have moved the head to it): reads go on without it, `verify` names it, and
+    the next entry written replaces it, so every approval afterwards is recorded again."""
+    log = AuditLog(tmp_path / "audit")
+    for i in range(3):
+        log.append(AuditEvent(event_id=f"e{i}", action="approved", at="2026-12-04T10:00:00+00:00",
+                              thread_id=f"t{i}", actor="rev", requester="ann"))  # fmt: skip
+    whole = (log.root / "audit.jsonl").read_bytes()
+    with open(log.root / "audit.jsonl", "ab") as file:
+        file.write(b'{"action":"approved","actor":"rev","at":"2026-12-04T10:')
+    if head_moved:
+        (log.root / "audit.head").write_text('{"hash":"0000","seq":4}\n')
+    assert [entry["event_id"] for entry in log.entries()] == ["e0", "e1", "e2"]
+    problem = log.verify().problem or ""
+    assert ("entry 4 was the last one written" if head_moved else "part of an entry") in problem, problem
+    entry = log.append(
+        AuditEvent(event_id="e3", action="rejected", at="2026-12-04T10:05:00+00:00", actor="rev")
+    )
+    assert entry["seq"] == 4 and (log.root / "audit.jsonl").read_bytes().startswith(whole)
+    assert [e["event_id"] for e in log.entries()] == ["e0", "e1", "e2", "e3"]
+    assert log.verify().problem is None

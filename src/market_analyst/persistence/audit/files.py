@@ -16,7 +16,7 @@ from typing import Any
 from market_analyst.errors import UserError
 from market_analyst.files import FILE_MODE, exclusive_lock, fsync_dir, private_dir, write_all
 from market_analyst.persistence.audit.base import AuditChain, canonical, erase, next_entry
-from market_analyst.ports import AuditEvent
+from market_analyst.ports import AuditEvent, Verification
 
 
 class AuditLog(AuditChain):
@@ -40,14 +40,38 @@ class AuditLog(AuditChain):
         ):
             yield
 
-    def _lines(self) -> list[bytes]:
+    def _read(self) -> tuple[list[bytes], bytes]:
+        """The log's entries, one a line, and what follows them that is not one: the part of an entry
+        a write cut short (a full disk or a kill, in a release that took a short write for a whole
+        one), which was never recorded. Every entry is written with its newline; a last line without
+        one that is an entry all the same (a hand edit) is an entry."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return []
+            return [], b""
         except OSError as exc:
             raise UserError(f"cannot read the audit log {self.path}: {exc.strerror or exc}") from None
-        return [line for line in data.split(b"\n") if line.strip()]
+        complete, _, rest = data.rpartition(b"\n")
+        lines = [line for line in complete.split(b"\n") if line.strip()]
+        if not rest.strip():
+            return lines, b""
+        try:
+            whole = isinstance(json.loads(rest), dict)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            whole = False
+        return ([*lines, rest], b"") if whole else (lines, rest)
+
+    def _lines(self) -> list[bytes]:
+        return self._read()[0]
+
+    def _cut_torn(self) -> None:
+        """Before a write (holding the lock): cut away a part-written entry the log ends in, so that
+        the next entry starts on a line of its own."""
+        _, torn = self._read()
+        if torn:
+            with open(self.path, "r+b") as log:
+                log.truncate(log.seek(0, os.SEEK_END) - len(torn))
+                os.fsync(log.fileno())
 
     @staticmethod
     def _prepared(path: Path, data: bytes) -> Path:
@@ -115,6 +139,7 @@ class AuditLog(AuditChain):
         """Append `event` as the next entry of the chain and return it; an event whose `event_id` the
         log holds already is not appended again (the earlier entry is returned)."""
         with self._locked():
+            self._cut_torn()
             lines = self._lines()
             entries = [self._parse(line, i + 1) for i, line in enumerate(lines)]
             for entry in entries:
@@ -132,6 +157,7 @@ class AuditLog(AuditChain):
         entry with an erasure marker, and record the erasure as an entry of its own (which names the
         entries, not the person). Returns how many entries were erased; the chain still verifies."""
         with self._locked():
+            self._cut_torn()
             lines = self._lines()
             entries = [self._parse(line, i + 1) for i, line in enumerate(lines)]
             erased, marker = erase(entries, user_id, at)
@@ -162,6 +188,18 @@ class AuditLog(AuditChain):
             entry = self._parse(line, number)
             if thread_id is None or entry.get("thread_id") == thread_id:
                 found.append(entry)
+        return found
+
+    def verify(self) -> Verification:
+        """The chain's check, and then a part-written entry at the end, which the next write cuts."""
+        found = super().verify()
+        _, torn = self._read()
+        if found.problem is None and torn:
+            problem = (
+                f"the log ends in part of an entry ({len(torn)} bytes) that a write cut short (a full "
+                "disk, or a kill); it was never recorded, and the next entry written replaces it"
+            )
+            return Verification(found.entries, found.erased, problem, found.entries + 1)
         return found
 
     def _chain(self) -> tuple[list[tuple[int, bytes]], dict[str, Any] | None]:
