@@ -100,6 +100,20 @@ def write_new_private(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def replace_whole(path: Path, data: bytes) -> None:
+    """`path` replaced by an owner-only file holding all of `data` (written beside it, fsynced,
+    renamed, the folder synced); on `OSError` (a full disk) it is left as it was, with no
+    temporary file behind."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        write_new_private(tmp, data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
 _BLOCK = 1 << 16
 _ZEROS = bytes(_BLOCK)
 

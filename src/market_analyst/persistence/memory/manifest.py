@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.files import fsync_dir
+from market_analyst.files import fsync_dir, replace_whole
 
 MANIFEST = "manifest.json"
 NEXT = "manifest.next.json"
@@ -128,13 +128,7 @@ def read(folder: Path, name: str = MANIFEST) -> tuple[Manifest, dict[str, Any]] 
 
 def write(folder: Path, manifest: Manifest, name: str = MANIFEST, **extra: Any) -> None:
     """Write `manifest` as `name` in `folder` whole (a temporary file, synced, renamed, 0600)."""
-    temporary = folder / f".{name}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps(manifest.to_json(**extra)), encoding="utf-8")
-    with open(temporary, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.chmod(temporary, 0o600)
-    os.replace(temporary, folder / name)
-    fsync_dir(folder)
+    replace_whole(folder / name, json.dumps(manifest.to_json(**extra)).encode())
 
 
 def commit_next(folder: Path) -> None:

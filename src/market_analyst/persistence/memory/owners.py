@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from market_analyst.files import fsync_dir, private_dir
+from market_analyst.files import fsync_dir, private_dir, replace_whole
 
 STAMP = "KEYED"
 
@@ -109,13 +109,7 @@ class OwnerMarkers:
         for marker in folder.glob("*"):
             if marker.name not in kept:
                 marker.unlink(missing_ok=True)
-        stamp = folder / f".{STAMP}.{os.getpid()}.tmp"
-        stamp.write_text(self._fingerprint() + "\n", encoding="ascii")
-        with open(stamp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(stamp, 0o600)
-        os.replace(stamp, folder / STAMP)
-        fsync_dir(folder)
+        replace_whole(folder / STAMP, (self._fingerprint() + "\n").encode("ascii"))
 
 
 def _touch(path: Path) -> None:
