@@ -79,11 +79,23 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, kill_point: str, file
     crash_child.install(kill_point)
     from market_analyst.cli import main
 
+    code = 1
     try:
         main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        # The exit code as the child itself ends with it: the forkserver reports 255 when it loses a
+        # child's status (multiprocessing.popen_forkserver), which no command exits with.
+        Path(files["code"]).write_text(str(code))
+
+
+# What multiprocessing's forkserver reports for a child whose status it could not read back.
+LOST_STATUS = 255
 
 
 class Harness:
@@ -98,7 +110,7 @@ class Harness:
     def _start(self, argv: list[str], env: dict[str, str], kill_point: str, cwd: Path | None) -> _Running:
         self.counter += 1
         base = self.workdir / f"child-{os.getpid()}-{self.counter}"
-        files = {k: f"{base}.{k}" for k in ("out", "err", "nodes")}
+        files = {k: f"{base}.{k}" for k in ("out", "err", "nodes", "code")}
         proc = self.ctx.Process(target=_child, args=(argv, env, str(cwd or self.workdir), kill_point, files))
         running = _Running(argv, proc, files, time.monotonic())
         proc.start()
@@ -260,4 +272,6 @@ class _Running:
 
         nodes = [line for line in read("nodes").splitlines() if line]
         code = self.proc.exitcode if self.proc.exitcode is not None else -1
+        if code == LOST_STATUS and read("code"):  # the child ended by itself, with the code it wrote
+            code = int(read("code"))
         return Outcome(code, read("out"), read("err"), nodes, time.monotonic() - self.started)
