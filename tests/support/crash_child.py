@@ -36,10 +36,21 @@ from typing import Any
 
 from market_analyst.graph import NODES, add_node_wrapper
 
+_code_file: str | None = None
+
+
+def record_exit_code_in(path: str) -> None:
+    """Write -9 to `path` as this process kills itself (the crash harness reads it when the
+    forkserver loses the child's status)."""
+    global _code_file
+    _code_file = path
+
 
 def _die() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
+    if _code_file is not None:
+        Path(_code_file).write_text(str(-signal.SIGKILL))
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -76,6 +76,7 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, kill_point: str, file
     from tests.support import crash_child
 
     crash_child.log_nodes(files["nodes"])
+    crash_child.record_exit_code_in(files["code"])
     crash_child.install(kill_point)
     from market_analyst.cli import main
 
@@ -272,6 +273,6 @@ class _Running:
 
         nodes = [line for line in read("nodes").splitlines() if line]
         code = self.proc.exitcode if self.proc.exitcode is not None else -1
-        if code == LOST_STATUS and read("code"):  # the child ended by itself, with the code it wrote
+        if code == LOST_STATUS and read("code"):  # the code the child wrote as it ended, or was killed
             code = int(read("code"))
         return Outcome(code, read("out"), read("err"), nodes, time.monotonic() - self.started)
