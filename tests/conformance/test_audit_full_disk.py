@@ -3,7 +3,7 @@ rewritten log leaves it byte for byte as it was, and says so in one line; an app
 write its whole entry leaves no part of it. Before, a short write was taken for a whole one: `forget`
 on a disk with less free space than the log replaced the log with its first part, and an append
 left part of a line that made every later read refuse; such a log is now read, and mended by the
-next write."""
+next write, which sets the part aside."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ def test_a_log_that_ends_in_part_of_an_entry_is_read_and_mended_by_the_next_writ
 ):
     """What a short write left (a kill before the cut, or an older release that took a short write for
     a whole one, and may have moved the head to it): reads go on without it, `verify` names it, and
-    the next entry written replaces it, so every approval afterwards is recorded again."""
+    the next entry written sets it aside and takes its place, so every approval afterwards is
+    recorded again."""
     log = AuditLog(tmp_path / "audit")
     for i in range(3):
         log.append(AuditEvent(event_id=f"e{i}", action="approved", at="2026-12-04T10:00:00+00:00",
@@ -88,5 +89,8 @@ def test_a_log_that_ends_in_part_of_an_entry_is_read_and_mended_by_the_next_writ
         AuditEvent(event_id="e3", action="rejected", at="2026-12-04T10:05:00+00:00", actor="rev")
     )
     assert entry["seq"] == 4 and (log.root / "audit.jsonl").read_bytes().startswith(whole)
+    [aside] = log.root.glob("audit.jsonl.torn-*")  # what was there is kept, apart from the log
+    assert aside.read_bytes() == b'{"action":"approved","actor":"rev","at":"2026-12-04T10:'
+    assert aside.stat().st_mode & 0o777 == 0o600
     assert [e["event_id"] for e in log.entries()] == ["e0", "e1", "e2", "e3"]
     assert log.verify().problem is None

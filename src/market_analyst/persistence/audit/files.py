@@ -10,11 +10,19 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.files import FILE_MODE, exclusive_lock, fsync_dir, private_dir, write_all
+from market_analyst.files import (
+    FILE_MODE,
+    exclusive_lock,
+    fsync_dir,
+    private_dir,
+    write_all,
+    write_new_private,
+)
 from market_analyst.persistence.audit.base import AuditChain, canonical, erase, next_entry
 from market_analyst.ports import AuditEvent, Verification
 
@@ -65,13 +73,21 @@ class AuditLog(AuditChain):
         return self._read()[0]
 
     def _cut_torn(self) -> None:
-        """Before a write (holding the lock): cut away a part-written entry the log ends in, so that
-        the next entry starts on a line of its own."""
+        """Before a write (holding the lock): set a part-written entry the log ends in aside, in
+        `audit.jsonl.torn-<time>` beside it, and cut it from the log, so that the next entry starts
+        on a line of its own and nothing of what was there is lost."""
         _, torn = self._read()
-        if torn:
+        if not torn:
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        try:
+            write_new_private(self.root / f"{self.path.name}.torn-{stamp}", torn)
             with open(self.path, "r+b") as log:
                 log.truncate(log.seek(0, os.SEEK_END) - len(torn))
                 os.fsync(log.fileno())
+        except OSError as exc:
+            raise _unwritten(self.path, exc, "the entry was not written") from None
+        fsync_dir(self.root)
 
     @staticmethod
     def _prepared(path: Path, data: bytes) -> Path:
@@ -197,7 +213,7 @@ class AuditLog(AuditChain):
         if found.problem is None and torn:
             problem = (
                 f"the log ends in part of an entry ({len(torn)} bytes) that a write cut short (a full "
-                "disk, or a kill); it was never recorded, and the next entry written replaces it"
+                "disk, or a kill); it was never recorded, and the next entry written sets it aside"
             )
             return Verification(found.entries, found.erased, problem, found.entries + 1)
         return found
