@@ -86,3 +86,39 @@ def test_an_approval_on_a_full_disk_leaves_the_audit_log_whole(cli: Cli, small_d
     cli.ok("approve", thread, "--user", "rev", extra_env=env)
     assert cli.ok("status", thread, "--json", extra_env=env).json()["status"] == "published"
     assert cli.ok("audit", "verify", extra_env=env).returncode == 0
+
+
+WAITS = "recorded; its memory will be written when the store is free"
+
+
+def test_the_embedded_stores_on_a_full_disk_say_so_instead_of_dying(cli: Cli, small_disk: Path) -> None:
+    """Qdrant Edge maps its files, and a disk that fills under a mapping ends the process with SIGBUS.
+    Each store checks for room before Edge opens or builds a shard: one line and exit 2, and a
+    decision goes on without its memory."""
+    env = {"MA_DATA_DIR": str(small_disk / "data")}
+    for command in (
+        ("remember", "--user", "ann", "keep an eye on margins"),
+        ("profile", "set", "--user", "ann", "--horizon", "long"),
+    ):
+        refused = cli.fails(*command, extra_env=env)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused
+        assert "MB free" in refused.stderr and "the store was not changed" in refused.stderr
+    thread = cli.ok("analyze", "NVDA", "--user", "ann", "--json", extra_env=env).json()["thread_id"]
+    approved = cli.ok("approve", thread, "--user", "rev", "--note", "fine", extra_env=env)
+    assert "Published thread" in approved.stdout and WAITS in approved.stdout
+    assert cli.ok("memories", "list", "--user", "ann", "--json", extra_env=env).json() == []
+
+
+def test_a_memory_store_whose_disk_fills_up_refuses_and_keeps_its_memories(cli: Cli, tmp_path: Path) -> None:
+    with disks.small_disk(tmp_path / "disk", size="200m") as disk:
+        env = {"MA_DATA_DIR": str(disk / "data")}
+        cli.ok("remember", "--user", "ann", "keep an eye on margins", extra_env=env)
+        filler = disks.fill(disk)
+        for command in (("memories", "list", "--user", "ann"), ("remember", "--user", "ann", "more")):
+            refused = cli.fails(*command, extra_env=env)
+            assert refused.returncode == 2 and "MB free" in refused.stderr, refused
+            assert len(refused.stderr.strip().splitlines()) == 1
+        filler.unlink()
+        [kept] = cli.ok("memories", "list", "--user", "ann", "--json", extra_env=env).json()
+        assert kept["text"] == "keep an eye on margins"
+        cli.ok("memories", "check", extra_env=env)

@@ -217,7 +217,7 @@ class EdgeMemoryStore(BaseMemoryStore):
                 raise StoreDamaged(self.path, "its shard, or the record of its embedder, is missing")
             try:
                 shard = self._engine(lambda: edge_shard.load(self.shard_path, what=WHAT))
-            except StoreDamaged:
+            except (StoreDamaged, edge_shard.NoRoom):
                 raise
             except UserError as exc:  # the engine could not open it
                 raise StoreDamaged(self.path, str(exc)) from None
@@ -383,7 +383,15 @@ class EdgeMemoryStore(BaseMemoryStore):
         copy goes once the new one is complete)."""
         previous, new, old = (self.path / name for name in (PREVIOUS, PREVIOUS + ".new", PREVIOUS + ".old"))
         shutil.rmtree(new, ignore_errors=True)
-        copy_sparse_tree(self.shard_path, new)
+        try:
+            copy_sparse_tree(self.shard_path, new)
+        except (OSError, shutil.Error) as exc:  # a full disk: the change stands, its copy does not
+            shutil.rmtree(new, ignore_errors=True)
+            why = _why(exc)
+            raise UserError(
+                f"{WHAT} in {self.path} was changed, but its copy for 'memories restore' could not be "
+                f"made ({why}); the copy there is of an earlier change: free some space"
+            ) from None
         if previous.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.rename(previous, old)
@@ -407,6 +415,7 @@ class EdgeMemoryStore(BaseMemoryStore):
             raise StoreDamaged(folder, "it is not a complete copy")
         recorded, _ = manifest.read(folder) or (Manifest(), {})
         read_meta(folder)
+        edge_shard.ensure_room(folder, what=WHAT, opening=True)
         shard = self._engine(lambda: EdgeShard.load(str(folder)))
         try:
             engine, _ = self._engine(lambda: self._engine_manifest(shard))
@@ -723,3 +732,11 @@ class EdgeMemoryStore(BaseMemoryStore):
 def _ids_differ(expected: Manifest, engine: Manifest) -> str | None:
     """What differs in points or IDs (the owners' names aside: they are made under another key)."""
     return expected.differs(Manifest(engine.points, dict(expected.owners), engine.digest))
+
+
+def _why(exc: BaseException) -> str:
+    """What an `OSError` or a `shutil.Error` (a list of (source, target, why)) says, in a few words."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    errors = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+    return str(errors[0][2]) if errors and len(errors[0]) == 3 else str(exc)

@@ -53,6 +53,7 @@ def load(path: Path, *, what: str) -> EdgeShard:
     names `what` for a damaged or unreadable one (the user's to restore)."""
     from qdrant_edge import EdgeShard
 
+    ensure_room(path, what=what, opening=True)
     try:
         return EdgeShard.load(str(path))
     except Exception as exc:
@@ -61,11 +62,53 @@ def load(path: Path, *, what: str) -> EdgeShard:
         raise UserError(f"cannot open {what} {path}: {' '.join(str(exc).split())}") from None
 
 
+# The room a new shard needs, with its copy and some to spare (a new memory store and its copy took
+# about 30 MB on tmpfs, and 26 MB free ended the process), beside what the shard it replaces takes.
+ROOM_BYTES = 64 << 20
+
+
+def _allocated(path: Path) -> int:
+    """The bytes the files under `path` take on disk (a sparse file counts what it holds)."""
+    if not path.is_dir():
+        return 0
+    return sum(p.lstat().st_blocks * 512 for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+# The room opening a shard needs: Edge writes its log's segments out as it opens one (on tmpfs a
+# new memory store's 28 MB became 60 MB at its next opening, and a full disk ended the process).
+OPEN_ROOM_BYTES = 64 << 20
+
+
+class NoRoom(UserError):
+    """The disk lacks the room a shard needs: nothing was opened or changed (not damage)."""
+
+
+def ensure_room(path: Path, *, what: str, opening: bool = False) -> None:
+    """Refuse in one line, before Edge maps anything, when the disk holding `path` has less room
+    than a new shard beside the one at `path` would take (or, `opening`, than opening it takes):
+    Edge maps its files, and a disk that fills under a mapping ends the process with SIGBUS, with
+    no message and no exit code."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    stats = os.statvfs(existing)
+    free = stats.f_bavail * stats.f_frsize
+    need = OPEN_ROOM_BYTES if opening else ROOM_BYTES + _allocated(path)
+    if free < need:
+        doing = "opening" if opening else "building"
+        raise NoRoom(
+            f"the disk holding {what} {path} has {free / 2**20:.0f} MB free, and {doing} its shard "
+            f"needs about {need / 2**20:.0f} MB (Qdrant Edge maps its files): the store was not changed; "
+            "free some space and run the command again"
+        )
+
+
 def build_beside(path: Path, fill: Callable[[Path], None], *, what: str) -> Path:
     """A complete shard in `<path>.edge-new`, made owner-only: `fill` creates it in that empty
-    folder and closes it. Returns the folder."""
+    folder and closes it. Returns the folder. Refused first when the disk lacks the room."""
     new = sibling(path, NEW)
     shutil.rmtree(new, ignore_errors=True)
+    ensure_room(path, what=what)
     fill(private_dir(new, what))
     private_tree(new)
     return new
