@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 MA := $(BIN)/market-analyst
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test test-fast lint bench eval-memory fuzz graph crash-soak up down clean
+.PHONY: install demo test test-fast flaky lint bench eval-memory fuzz graph crash-soak up down clean
 
 # The Redis Stack server the tests start needs Debian 11's libssl1.1 (see scripts/fetch-libssl.sh);
 # without it the Redis tests need REDIS_URL, so a machine that cannot fetch it still installs.
@@ -35,6 +35,14 @@ test:
 test-fast:
 	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(FAST_TIERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-fast: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# The flake census (scripts/flaky.py): the whole suite FLAKY_RUNS times in a row, each in a random order
+# of its own, then a table of every test that failed in any run. FLAKY_ARGS adds options or picks
+# tiers (FLAKY_ARGS=tests/unit); exits 1 when any test failed.
+FLAKY_RUNS ?= 3
+
+flaky:
+	$(BIN)/python scripts/flaky.py --runs $(FLAKY_RUNS) --workers $(PYTEST_WORKERS) $(FLAKY_ARGS)
 
 # ruff, mypy, and the import contracts in pyproject.toml (layers; adapters only through deps.py).
 lint:

@@ -17,9 +17,10 @@ import pytest
 
 from tests.support import REPO
 from tests.support.backends import checkpointer_env
+from tests.support.bounds import Bounds, add_tier_timeout, report_running, tidy_running
 from tests.support.cli import Cli, clean_environ
 from tests.support.crashkit import Harness
-from tests.support.services import RedisServer, new_database
+from tests.support.services import RedisServer, new_database, outer_postgres_server
 from tests.support.services import postgres_server as start_postgres_server
 from tests.support.web import WebServer
 
@@ -127,10 +128,50 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
 TIERS = ("unit", "conformance", "journeys", "system")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every test process bounds its tests (tests/support/bounds.py); the xdist controller runs none."""
+    controller = not hasattr(config, "workerinput")
+    if controller and outer_postgres_server() is None:
+        tidy_running()  # a whole run starts: what ended processes left is not this run's
+    if not (controller and config.getoption("numprocesses", None)):
+        config.pluginmanager.register(Bounds(), "market-analyst-bounds")
+
+
+_TIER_SECONDS: dict[str, list[float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each tier's test time (setup, call and teardown), for the summary."""
+    tier = report.nodeid.split("/", 2)[1] if report.nodeid.startswith("tests/") else "other"
+    seconds = _TIER_SECONDS.setdefault(tier, [0.0, 0])
+    seconds[0] += report.duration
+    seconds[1] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each tier's total test time, and any worker that the bound's backstop had to end, with its
+    threads' stacks."""
+    from io import StringIO
+
+    if _TIER_SECONDS:
+        totals = ", ".join(
+            f"{tier} {seconds:.0f} s ({int(count)} tests)"
+            for tier, (seconds, count) in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1][0])
+        )
+        terminalreporter.write_line(f"test time by tier, all workers together: {totals}")
+    out = StringIO()
+    report_running(out, running=False)
+    if out.getvalue():
+        terminalreporter.section("tests past their bound")
+        terminalreporter.write(out.getvalue())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test is marked with its tier, which is the folder it lives in (`pytest -m unit`)."""
+    """Each test is marked with its tier, which is the folder it lives in (`pytest -m unit`), and
+    bounded by its tier's timeout unless it names its own (tests/support/bounds.py)."""
     for item in items:
         parts = item.path.relative_to(REPO / "tests").parts
         if len(parts) < 2 or parts[0] not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(parts[0])
+        add_tier_timeout(item, parts[0])

@@ -264,6 +264,32 @@ def test_make_bench_runs_every_section():
     ], headers  # fmt: skip
 
 
+def test_make_flaky_counts_every_run_and_names_the_test_that_failed_in_one(tmp_path: Path):
+    """docs/development.md's census, on a test that fails in its first run only (it keeps a count
+    in a file): two runs, each in an order of its own, one failure in the table, and exit 1."""
+    flaky = tmp_path / "census" / "test_census_subject.py"
+    flaky.parent.mkdir()
+    count = tmp_path / "count"
+    flaky.write_text(
+        "from pathlib import Path\n"
+        f"COUNT = Path({str(count)!r})\n"
+        "def test_steady():\n    pass\n"
+        "def test_first_run_only():\n"
+        "    runs = int(COUNT.read_text()) + 1 if COUNT.exists() else 1\n"
+        "    COUNT.write_text(str(runs))\n"
+        "    assert runs > 1, 'the first run fails'\n"
+    )
+    result = run_make("flaky", "FLAKY_RUNS=2", "PYTEST_WORKERS=0", f"FLAKY_ARGS={flaky}", check=False)
+    assert result.returncode != 0 and "flaky] Error 1" in result.stderr, result.stdout[-3000:]
+    assert "run 1: seed" in result.stdout and ", 2 tests, 1 failed, exit 1," in result.stdout
+    assert ", 2 tests, 0 failed, exit 0," in result.stdout
+    row = re.search(r"test_census_subject::test_first_run_only\s+2\s+1$", result.stdout, re.M)
+    assert row, result.stdout[-2000:]
+    assert "run 1: AssertionError: the first run fails" in result.stdout
+    assert "1 failures in 1 tests" in result.stdout
+    assert "test_steady" not in result.stdout.split("flake census", 1)[1]
+
+
 def test_the_licence_covers_the_code_and_names_the_data_licence():
     import tomllib
     from importlib.metadata import metadata
