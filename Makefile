@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 MA := $(BIN)/market-analyst
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 4
 
 .PHONY: install demo test test-fast flaky lint bench eval-memory fuzz graph crash-soak up down clean
 

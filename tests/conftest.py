@@ -2,8 +2,10 @@
 
 An embedded PostgreSQL server and, when a test asks for the Redis backend, a Redis Stack server (or
 the one `REDIS_URL` names). Every test gets its own database and data directory, and runs the real CLI
-in real child processes through the `cli` fixture. On Redis, tests share the server (search indexes
-exist only in logical database 0), so they keep apart by using thread IDs of their own (`unique_id`).
+in real child processes through the `cli` fixture. On Redis, search indexes exist only in logical
+database 0, so a worker's tests share its server, one at a time, and each test finds it empty
+(`redis_url`); on a Redis that `REDIS_URL` names, tests keep apart by thread IDs of their own
+(`unique_id`).
 The helpers behind these fixtures live in `tests/support/`.
 """
 
@@ -66,7 +68,16 @@ def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def redis_url(redis_server_url: str) -> str:
-    """The session's Redis; tests keep apart by thread ID (see the module docstring)."""
+    """The session's Redis, emptied for this test: a worker runs one test at a time and has a Redis
+    of its own, so each test reads only what it wrote (a listing of every thread, the inbox, sees no
+    other test's threads, however they were left). FLUSHALL drops the search indexes too, which each
+    process creates again as it opens its store. A Redis named by `REDIS_URL` is shared (a nested
+    session's, or a machine's own) and is not emptied: tests keep apart there by thread ID."""
+    if not os.environ.get("REDIS_URL"):
+        import redis
+
+        with redis.Redis.from_url(redis_server_url) as client:
+            client.flushall()
     return redis_server_url
 
 

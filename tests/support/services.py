@@ -92,11 +92,46 @@ def new_database(server_uri: str, prefix: str = "t_") -> str:
 # --- Redis ---------------------------------------------------------------------------------------
 
 
+# Ports for the servers the tests start come from below the kernel's ephemeral range (32768-60999
+# here): a port from `bind(("", 0))` is closed before the server binds it, and in that gap any
+# outgoing connection on the machine may be given it as its local port (the run makes thousands),
+# or another worker may pick it too, so that a test would talk to another test's server. Below the
+# range only servers bind, and each port chosen is claimed with a lock file that its process holds
+# until it ends, which every test process on the machine (nested sessions too) respects.
+_PORTS = range(20000, 32000)
+_PORT_LOCKS = Path(tempfile.gettempdir()) / "market-analyst-test-ports"
+_claimed: dict[int, int] = {}  # port: its lock file's descriptor, held until released or the process ends
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on loopback that nothing listens on, claimed by this process (see `_PORTS`)."""
+    import fcntl
+    import random
+
+    _PORT_LOCKS.mkdir(exist_ok=True)
+    for port in random.sample(_PORTS, 200):
+        fd = os.open(_PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # something outside the tests listens there
+                os.close(fd)
+                continue
+        _claimed[port] = fd
+        return port
+    raise RuntimeError(f"no free port among 200 tried in {_PORTS}")
+
+
+def release_port(port: int) -> None:
+    """Give up the claim on a port whose server has stopped for good."""
+    fd = _claimed.pop(port, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _die_with_parent() -> None:

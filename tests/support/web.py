@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.cli import market_analyst_command
-from tests.support.services import _die_with_parent, free_port, kill_process, stop_process
+from tests.support.services import _die_with_parent, free_port, kill_process, release_port, stop_process
 
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
 HIDDEN_FIELD = re.compile(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"')
@@ -67,6 +67,7 @@ class WebServer:
 
     def stop(self) -> None:
         stop_process(self.proc)
+        release_port(self.port)
 
     def kill(self) -> None:
         kill_process(self.proc)

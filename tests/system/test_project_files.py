@@ -11,6 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from market_analyst.graph import mermaid
 from market_analyst.settings import VARIABLES
 from tests.support import REPO
@@ -224,44 +226,70 @@ def test_make_crash_soak_runs_and_summarises(tmp_path, postgres_server: str):
     assert "| redis | `sync` | random | 1 | 1 |" in result.stdout
 
 
-def test_make_bench_runs_every_section():
-    """The README's bench command, every section in one run at its small size (`--small`: the real
-    sizes take minutes; their figures are on the docs pages)."""
-    result = run_make("bench", "BENCH_ARGS=--small", timeout=480)
-    assert "profiles: 300 stored profiles" in result.stdout
+# What each bench section prints at its small size (`--small`: the real sizes take minutes; their
+# figures are on the docs pages). One test per section, so that the sections spread over the workers.
+BENCH_LINES: dict[str, list[str]] = {
+    "profiles": ["profiles: 300 stored profiles"],
     # The two embedded engines side by side: a fresh process opening the store, and analyze to the gate.
-    assert "profile-open: a fresh process opens the profile store" in result.stdout
-    assert "open + read one profile" in result.stdout and "Qdrant Edge is" in result.stdout
-    assert "analyze-start:" in result.stdout and "process start to gate" in result.stdout
-    assert "reports search --ticker NVDA" in result.stdout and "ratio" in result.stdout
-    assert "archive-postgres: 300 archived reports" in result.stdout
-    assert "reports search 'trend: up'" in result.stdout and "postgres" in result.stdout
-    assert "threads: 'threads --pending' over 100 threads" in result.stdout
-    assert "postgres  index" in result.stdout and "redis     index" in result.stdout
+    "profile-open": [
+        "profile-open: a fresh process opens the profile store",
+        "open + read one profile",
+        "Qdrant Edge is",
+    ],
+    "analyze-start": ["analyze-start:", "process start to gate"],
+    "archive": ["reports search --ticker NVDA", "ratio"],
+    "archive-postgres": ["archive-postgres: 300 archived reports", "reports search 'trend: up'", "postgres"],
+    "threads": ["threads: 'threads --pending' over 100 threads", "postgres  index", "redis     index"],
     # Each approval through the CLI is a process of its own (seconds), so this section runs two.
-    assert "approvals: 2 through a warm server vs 2 CLI processes" in result.stdout
-    assert "POST /api/threads/{id}/approve (warm server) p50" in result.stdout
-    assert "market-analyst approve (a process each)      p50" in result.stdout
-    assert "ratio at p50" in result.stdout
-    assert "approve --note, a user with 1,000 memories" in result.stdout
-    assert "approve --note, the memory store held" in result.stdout and "a held store" in result.stdout
-    assert "remember (a process each)" in result.stdout
-    assert "memory: recall over 300 memories on Qdrant Edge" in result.stdout
-    assert "open shard p50" in result.stdout and "bytes on disk a memory" in result.stdout
-    assert "one memory a write" in result.stdout and "a fresh process recalls" in result.stdout
-    assert "the gate, a user with 20 memories and none" in result.stdout
-    assert "one run of 'analyze NVDA' to the gate" in result.stdout
-    assert "a user with no memories loads no model: yes" in result.stdout
-    assert "one replica" in result.stdout and "two replicas" in result.stdout
-    assert "ratio: two replicas approve" in result.stdout
-    assert "encryption: 'analyze' to the gate and 'approve', 2 processes each" in result.stdout
-    assert "analyze  p50 sealed" in result.stdout and "approve  p50 sealed" in result.stdout
-    # Every section ran, each once (a new one names itself here).
-    headers = re.findall(r"^([a-z][a-z-]*): ", result.stdout, re.M)
-    assert headers == [
-        "profiles", "profile-open", "analyze-start", "archive", "archive-postgres",
-        "threads", "approvals", "memory", "replicas", "memory-analyze", "encryption",
-    ], headers  # fmt: skip
+    "approvals": [
+        "approvals: 2 through a warm server vs 2 CLI processes",
+        "POST /api/threads/{id}/approve (warm server) p50",
+        "market-analyst approve (a process each)      p50",
+        "ratio at p50",
+        "approve --note, a user with 1,000 memories",
+        "approve --note, the memory store held",
+        "a held store",
+        "remember (a process each)",
+    ],
+    "memory": [
+        "memory: recall over 300 memories on Qdrant Edge",
+        "open shard p50",
+        "bytes on disk a memory",
+        "one memory a write",
+        "a fresh process recalls",
+    ],
+    "replicas": ["one replica", "two replicas", "ratio: two replicas approve"],
+    "memory-analyze": [
+        "the gate, a user with 20 memories and none",
+        "one run of 'analyze NVDA' to the gate",
+        "a user with no memories loads no model: yes",
+    ],
+    "encryption": [
+        "encryption: 'analyze' to the gate and 'approve', 2 processes each",
+        "analyze  p50 sealed",
+        "approve  p50 sealed",
+    ],
+}  # fmt: skip
+
+
+def test_the_bench_tests_cover_every_section():
+    """A new bench section names itself here, so that a test runs it."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from bench import SECTIONS
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    assert list(SECTIONS) == list(BENCH_LINES)
+
+
+@pytest.mark.parametrize("section", list(BENCH_LINES))
+def test_make_bench_runs_each_section(section: str):
+    """The README's bench command at its small size (`BENCH_ARGS=--small`), a section at a time:
+    it prints its lines, and its own header once."""
+    result = run_make("bench", f"BENCH_ARGS=--small {section}", timeout=240)
+    for line in BENCH_LINES[section]:
+        assert line in result.stdout, (line, result.stdout[-3000:])
+    assert re.findall(r"^([a-z][a-z-]*): ", result.stdout, re.M) == [section], result.stdout[-3000:]
 
 
 def test_make_flaky_counts_every_run_and_names_the_test_that_failed_in_one(tmp_path: Path):
@@ -318,3 +346,19 @@ def test_the_readme_and_every_archived_report_say_it_is_not_investment_advice(cl
     document = json.loads(path.read_text())
     assert document["markdown"].rstrip().endswith(f"*{disclaimer}*")
     assert disclaimer in cli.ok("reports", "show", document["key"]).stdout
+
+
+def test_the_bound_names_the_tests_still_running(request: pytest.FixtureRequest):
+    """docs/development.md's `python -m tests.support.bounds running`, as `.ci/run` calls it when the
+    whole run passes its bound: it names this test, which is running in this process."""
+    import os
+
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.support.bounds", "running"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"still running (pid {os.getpid()}): {request.node.nodeid}" in result.stdout, result.stdout
