@@ -210,3 +210,23 @@ def hold_and_release_memories(environ: dict[str, str], worker: int) -> dict[str,
             except ThreadBusy:
                 time.sleep(0.01)
     return {"kept": kept}
+
+
+def append_or_verify(environ: dict[str, str], worker: str, each: int) -> dict[str, Any]:
+    """A writer (`append_events`), or, as worker "verify", a reader that verifies the log over and
+    over while the writers append: at least `each` times and until it has seen every writer's
+    entries (`total` in the environment); what each verify said that was not "one chain"."""
+    from market_analyst.deps import open_audit
+
+    if worker != "verify":
+        append_events(environ, worker, each)
+        return {}
+    log = open_audit(records_settings(environ))
+    total = int(environ["MA_TEST_AUDIT_TOTAL"])
+    runs, seen, problems, deadline = 0, 0, [], time.monotonic() + 90
+    while time.monotonic() < deadline and not (runs >= each and seen >= total):
+        found = log.verify()
+        runs, seen = runs + 1, found.entries
+        if found.problem is not None:
+            problems.append(f"{found.entries} entries: {found.problem}")
+    return {"runs": runs, "problems": problems, "entries": seen}

@@ -72,10 +72,17 @@ def flatten(entry: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def verify_chain(lines: list[bytes], head: dict[str, Any] | None, no_head: str) -> Verification:
+def verify_chain(
+    lines: list[bytes], head: dict[str, Any] | None, no_head: str, *, head_may_lag: bool = False
+) -> Verification:
     """Recompute the chain of stored entries `lines` against `head` (the last entry's number and hash,
-    recorded apart; None when there is none, which `no_head` names): what `audit verify` shows."""
+    recorded apart; None when there is none, which `no_head` names): what `audit verify` shows.
+
+    `head_may_lag`: the head is written after its entry (the file log: two files), so a kill between
+    the two leaves a whole, chained last entry that the head does not name yet; the head naming the
+    entry before it is then that append, which the next write completes, not a log altered."""
     previous = GENESIS
+    hashes: list[str] = []
     erased_markers: set[int] = set()
     erased_claimed: set[int] = set()
     for index, line in enumerate(lines):
@@ -110,15 +117,31 @@ def verify_chain(lines: list[bytes], head: dict[str, Any] | None, no_head: str) 
         if entry.get("action") == "erased":
             erased_claimed.update(int(s) for s in entry.get("erased_seqs") or [])
         previous = str(entry["hash"])
-    if head is not None and (head.get("seq") != len(lines) or head.get("hash") != previous):
-        return Verification(
-            len(lines),
-            len(erased_markers),
-            f"the log ends at entry {len(lines)}, but entry {head.get('seq')} was the last one written: "
-            "entries were removed from its end",
-            len(lines) + 1,
+        hashes.append(previous)
+    cut_append = head_may_lag and (
+        (head is None and len(lines) == 1)  # the first entry, its head not written yet
+        or (
+            head is not None
+            and len(lines) >= 2
+            and head.get("seq") == len(lines) - 1
+            and head.get("hash") == hashes[-2]
         )
-    if head is None and lines:
+    )
+    differs = head is not None and (head.get("seq") != len(lines) or head.get("hash") != previous)
+    if head is not None and differs and not cut_append:
+        written = head.get("seq")
+        if isinstance(written, int) and written < len(lines):
+            what = (
+                f"the log ends at entry {len(lines)}, but its head names entry {written} as the last one "
+                "written: entries were added to its end outside the log's own writes"
+            )
+        else:
+            what = (
+                f"the log ends at entry {len(lines)}, but entry {written} was the last one written: "
+                "entries were removed from its end"
+            )
+        return Verification(len(lines), len(erased_markers), what, len(lines) + 1)
+    if head is None and lines and not cut_append:
         return Verification(len(lines), len(erased_markers), no_head)
     unaccounted = sorted(erased_markers - erased_claimed)
     if unaccounted:
@@ -207,6 +230,8 @@ class AuditChain(ABC):
 
     # What `verify` says when the log has entries but no head.
     NO_HEAD: str
+    # Whether an entry and its head are written apart, so that a kill can land between them.
+    HEAD_MAY_LAG = False
 
     @abstractmethod
     def _chain(self) -> tuple[list[tuple[int, bytes]], dict[str, Any] | None]:
@@ -235,7 +260,7 @@ class AuditChain(ABC):
         """Recompute the chain: each entry's number, link, hash and personal digest, every erasure
         accounted for by an erasure entry, and the head. Names the first entry that does not match."""
         rows, head = self._chain()
-        return verify_chain([line for _, line in rows], head, self.NO_HEAD)
+        return verify_chain([line for _, line in rows], head, self.NO_HEAD, head_may_lag=self.HEAD_MAY_LAG)
 
     def export(self, fmt: str) -> str:
         """The whole log as JSON lines (the stored entries, as they are) or CSV (one row an entry)."""

@@ -31,6 +31,7 @@ class AuditLog(AuditChain):
     """The hash-chained audit log in `root` (the data directory's `audit/`)."""
 
     NO_HEAD = "the log's head record (audit.head) is missing"
+    HEAD_MAY_LAG = True  # the entry is appended and fsynced, then audit.head replaced
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -219,7 +220,13 @@ class AuditLog(AuditChain):
         return found
 
     def _chain(self) -> tuple[list[tuple[int, bytes]], dict[str, Any] | None]:
-        return list(enumerate(self._lines(), start=1)), self._head()
+        # Under the append lock, so that the log and its head read as one, never between an entry and
+        # its head; a log in a place this process cannot write to (no lock file) reads as it stands.
+        with contextlib.ExitStack() as held:
+            if self.root.is_dir():
+                with contextlib.suppress(OSError):
+                    held.enter_context(exclusive_lock(self.root / ".audit.lock"))
+            return list(enumerate(self._lines(), start=1)), self._head()
 
     def _head(self) -> dict[str, Any] | None:
         try:

@@ -142,6 +142,9 @@ class PostgresAuditLog(AuditChain):
 
     def _chain(self) -> tuple[list[tuple[int, bytes]], dict[str, Any] | None]:
         with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            # One snapshot for the entries and the head: read committed would let an append that
+            # commits between the two statements show a head past the entries read (a false alarm).
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur.execute("SELECT seq, body FROM ma_audit_entries ORDER BY seq")
             rows = [(int(row["seq"]), str(row["body"]).encode()) for row in cur.fetchall()]
             cur.execute("SELECT seq, hash FROM ma_audit_head WHERE id = 1")
