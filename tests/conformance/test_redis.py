@@ -245,3 +245,29 @@ def test_a_checkpoint_saved_while_its_writes_are_stored_keeps_them(tmp_path: Pat
         assert [(task, channel, value) for task, channel, value in writes] == [
             ("task-1", "__interrupt__", "the gate's request")
         ]
+
+
+def test_a_search_cut_off_by_a_killed_redis_is_a_lost_checkpointer_not_an_internal_error(tmp_path: Path):
+    """redisvl wraps the lost connection of a search (a thread's history, its pending writes) in its
+    own `RedisSearchError`: that is still the server gone away, said as one `ServiceUnavailable` (exit
+    69, 503), not an internal error or a thread that "is unknown: nothing was saved"."""
+    from market_analyst.errors import ServiceUnavailable
+    from market_analyst.workflow.graph_run import open_run
+    from market_analyst.workflow.views import config_for
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        env = clean_environ() | {
+            "MA_DATA_DIR": str(tmp_path / "data"),
+            "MA_CHECKPOINTER": "redis",
+            "REDIS_URL": server.url,
+        }
+        thread = Cli(env=env, cwd=tmp_path).ok("analyze", "NVDA", "--json").json()["thread_id"]
+        with pytest.raises(ServiceUnavailable, match="lost the checkpointer") as lost:
+            with open_run(Settings.load(environ=env, dotenv=None)) as run:
+                server.kill()
+                list(run.graph.get_state_history(config_for(thread)))
+        said = str(lost.value)
+        assert "Error while searching" in said and "nothing that finished was lost" in said, said
+    finally:
+        server.stop()

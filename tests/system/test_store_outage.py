@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from market_analyst.persistence.postgres.embedded import embedded_postgres_uri
-from tests.support import REPO
+from tests.support import REPO, SHARED_RECORDS
 from tests.support.cli import Cli, clean_environ
 from tests.support.retry import retry_while_busy
 from tests.support.services import RedisServer, discard_embedded_postgres
@@ -136,3 +136,79 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
     cli.ok("approve", "outage")
     assert cli.ok("status", "outage", "--json").json()["status"] == "published"
     assert len(list((store.data_dir / "reports").glob("*.json"))) == 1
+
+
+# What a browser and an approver's tool ask of `serve`, and which stores each needs: PostgreSQL holds
+# the records (tokens, sessions, the archive) and the checkpoints; Redis only the checkpoints.
+BOTH = ("postgres", "redis")
+OUTAGE_REQUESTS = [
+    ("GET", "/api/threads", BOTH),
+    ("GET", "/api/threads/{thread}", BOTH),
+    ("POST", "/api/threads/{thread}/approve", BOTH),
+    ("GET", "/api/reports", ("postgres",)),
+    ("GET", "/inbox", BOTH),
+    ("GET", "/threads/{thread}", BOTH),
+    ("POST", "/login", ("postgres",)),
+]
+
+
+@pytest.mark.parametrize("outage", ["postgres", "redis"], indirect=True)
+def test_while_a_store_is_down_every_route_answers_503_with_retry_after_and_writes_nothing(
+    outage, tmp_path: Path, serve
+):
+    """`serve` with its records (tokens, sessions) in PostgreSQL, or its checkpoints in Redis, and that
+    server killed: every request a client or a browser makes is a 503 with `Retry-After` and one
+    sentence, never a 500 (balancers retry a 503, not a 500), the bearer-token check included; and
+    once the store is back the same approval goes through, with nothing recorded by the refused one."""
+    from tests.support.web import FormClient
+
+    backend, store = outage
+    env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
+    if backend == "postgres":
+        env |= {"MA_RECORDS": "postgres", "MA_MASTER_KEY": SHARED_RECORDS["MA_MASTER_KEY"]}
+    cli = Cli(env=env, cwd=tmp_path)
+    token = cli.ok("approvers", "add", "ann", "--role", "approver").stdout.strip()
+    thread = cli.ok("analyze", "NVDA", "--user", "bob", "--json").json()["thread_id"]
+    draft = cli.ok("status", thread, "--json").json()["draft"]["draft_id"]
+    server = serve(cli)
+    browser = FormClient(server)
+    assert browser.sign_in(token).status_code in (200, 303)
+    newcomer = FormClient(server)  # signs in during the outage
+    login_csrf = newcomer.csrf("/login")
+    api = server.client(token)
+    assert api.get("/api/threads").status_code == 200
+
+    store.crash()
+    for method, path, needs in OUTAGE_REQUESTS:
+        url = path.format(thread=thread)
+        if path.startswith("/api/"):
+            body = {"draft_id": draft} if method == "POST" else None
+            reply = api.request(method, url, json=body)
+        elif path == "/login":
+            reply = newcomer.http.post(url, data={"token": token, "csrf_token": login_csrf})
+        else:
+            reply = browser.http.get(url)
+        case = (backend, method, path, reply.status_code, reply.text[:500])
+        if backend not in needs:  # answered from a store that is up
+            assert reply.status_code in (200, 303), case
+            continue
+        assert reply.status_code == 503, case
+        assert reply.headers.get("Retry-After", "").isdigit(), (method, path, reply.headers)
+        text = reply.json()["detail"] if path.startswith("/api/") else reply.text
+        assert "Traceback" not in text and "internal error" not in text.lower(), (method, path, text[:500])
+    health = server.client().get("/healthz")
+    assert health.status_code == 503 and health.json()["status"] == "unavailable", health.text
+    assert "Traceback" not in (tmp_path / "serve-0.log").read_text()
+
+    store.restart()
+    # The refused approval recorded nothing: the thread still waits, and this approval is the first.
+    deadline = time.monotonic() + 60
+    while True:  # on Redis a request cut off mid-approval may hold the thread's lease for its TTL
+        approved = api.post(f"/api/threads/{thread}/approve", json={"draft_id": draft})
+        if approved.status_code != 409 or "busy" not in approved.text or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["status"] == "published", approved.text
+    decisions = [e for e in cli.ok("audit", "list", "--json").json() if e["thread_id"] == thread]
+    assert [e["action"] for e in decisions].count("approved") == 1, decisions

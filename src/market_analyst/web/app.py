@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from market_analyst import __version__
+from market_analyst.errors import ServiceUnavailable
 from market_analyst.settings import Settings
 from market_analyst.web import api, pages
 from market_analyst.web.actions import Refusal
@@ -25,16 +26,31 @@ HEADINGS = {
 }
 
 
+# How long a client is asked to wait (Retry-After) before it asks again while a store is away: a
+# balancer or a tool retries a 503 that says when, where a 500 would be taken as this server's fault.
+RETRY_AFTER_SECONDS = 5
+
+
 def _wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/") or request.url.path == "/healthz"
 
 
 def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Refusal)
+    response = _refusal(request, exc)
+    if exc.status == 503:
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def _refusal(request: Request, exc: Refusal) -> Response:
     if _wants_json(request):
         body = {"detail": exc.message} | ({"archive_key": exc.archive_key} if exc.archive_key else {})
         return JSONResponse(body, status_code=exc.status)
-    session = request.app.state.web.sessions.read(request)
+    try:
+        session = request.app.state.web.sessions.read(request)
+    except ServiceUnavailable:  # the sessions' store is the one away: the page says so, signed out
+        session = None
     return pages.page(
         request,
         "error.html",
@@ -45,6 +61,12 @@ def _refused(request: Request, exc: Exception) -> Response:
         archive_key=exc.archive_key,
         thread_id=request.path_params.get("thread_id"),
     )
+
+
+def _unavailable(request: Request, exc: Exception) -> Response:
+    """A store that did not answer, wherever the request met it (the bearer-token check, the session
+    cookie's record, a listing): 503 with Retry-After and the store's own sentence, never a 500."""
+    return _refused(request, Refusal(503, str(exc)))
 
 
 def _sign_in_first(request: Request, exc: Exception) -> Response:
@@ -85,6 +107,7 @@ def create_app(settings: Settings, *, bind: str = "127.0.0.1") -> FastAPI:
     app.add_exception_handler(Refusal, _refused)
     app.add_exception_handler(pages.SignInRequired, _sign_in_first)
     app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(ServiceUnavailable, _unavailable)
     app.add_middleware(
         Guard,
         hosts=allowed_hosts(bind, settings.allowed_hosts),

@@ -14,7 +14,7 @@ from market_analyst.choices import Durability
 from market_analyst.context import Deps
 from market_analyst.decisions import Identity
 from market_analyst.deps import open_run_stores
-from market_analyst.errors import ServiceUnavailable
+from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.graph import graph_over
 from market_analyst.ports import CheckpointBackend
 from market_analyst.settings import Settings
@@ -59,6 +59,20 @@ class Run:
                         progress(f"done: {node}")
 
 
+def outage_in(exc: BaseException, errors: tuple[type[BaseException], ...]) -> bool:
+    """Whether `exc` is one of `errors` or was raised while handling one: a library that wraps a lost
+    connection in an error of its own (redisvl's `RedisSearchError` around Redis's `ConnectionError`)
+    still means that the server went away, not that the thread is unknown."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, errors):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return False
+
+
 @contextmanager
 def open_run(
     settings: Settings,
@@ -87,7 +101,9 @@ def open_run(
             else:
                 with backend.lease(thread_id):
                     yield run
-        except backend.outage_errors as exc:
+        except Exception as exc:
+            if isinstance(exc, ServiceUnavailable | UserError) or not outage_in(exc, backend.outage_errors):
+                raise
             detail = " ".join(str(exc).split())[:160] or type(exc).__name__
             then = f"; continue with 'market-analyst resume {thread_id}'" if thread_id else ""
             raise ServiceUnavailable(

@@ -25,7 +25,7 @@ from market_analyst.nodes.publish import erased_quotes, erased_refusal
 from market_analyst.ports import ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import MAX_QUESTION_CHARS, SCHEMA_VERSION, validate_thread_id
-from market_analyst.workflow.graph_run import Progress, Run, open_run
+from market_analyst.workflow.graph_run import Progress, Run, open_run, outage_in
 from market_analyst.workflow.memory_outbox import WAITING, catch_up, deliver, hold
 from market_analyst.workflow.stores import chosen_user
 from market_analyst.workflow.threads import draft_age_seconds, record, stamp
@@ -50,9 +50,9 @@ def advance(
     try:
         run.advance(inputs, thread_id, progress, durability=durability)
         view = record(run, thread_id)
-    except run.backend.outage_errors:
-        raise
     except Exception as exc:
+        if outage_in(exc, run.backend.outage_errors):
+            raise  # open_run says the store went away, and what was kept
         with contextlib.suppress(Exception):  # where the thread stands, as far as the store can say
             record(run, thread_id)
         try:
