@@ -156,14 +156,19 @@ def test_shallow_saver_keeps_one_checkpoint_and_still_approves(cli: Cli):
     assert len(list(client.scan_iter(f"checkpoint:{thread}:*"))) == 1
 
 
+def _own_redis_env(tmp_path: Path, server: RedisServer) -> dict[str, str]:
+    """A data directory in `tmp_path` whose checkpoints are on `server`, a Redis of the test's own."""
+    return clean_environ() | {
+        "MA_DATA_DIR": str(tmp_path / "data"),
+        "MA_CHECKPOINTER": "redis",
+        "REDIS_URL": server.url,
+    }
+
+
 def test_a_killed_and_restarted_redis_still_holds_the_paused_thread(tmp_path: Path):
     server = RedisServer(tmp_path / "redis").start()
     try:
-        env = clean_environ() | {
-            "MA_DATA_DIR": str(tmp_path / "data"),
-            "MA_CHECKPOINTER": "redis",
-            "REDIS_URL": server.url,
-        }
+        env = _own_redis_env(tmp_path, server)
         cli = Cli(env=env, cwd=tmp_path)
         thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
         server.kill()  # SIGKILL: no shutdown save; only the append-only file, fsynced per write, remains
@@ -257,11 +262,7 @@ def test_a_search_cut_off_by_a_killed_redis_is_a_lost_checkpointer_not_an_intern
 
     server = RedisServer(tmp_path / "redis").start()
     try:
-        env = clean_environ() | {
-            "MA_DATA_DIR": str(tmp_path / "data"),
-            "MA_CHECKPOINTER": "redis",
-            "REDIS_URL": server.url,
-        }
+        env = _own_redis_env(tmp_path, server)
         thread = Cli(env=env, cwd=tmp_path).ok("analyze", "NVDA", "--json").json()["thread_id"]
         with pytest.raises(ServiceUnavailable, match="lost the checkpointer") as lost:
             with open_run(Settings.load(environ=env, dotenv=None)) as run:
