@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 # What a command imports on its way (the CLI imports its commands' modules lazily, as it runs them):
-# imported here once, not in every child. Not qdrant_edge or wordllama: a child forked from a server
-# that imported either takes about 0.2 s longer to run and end, more than their import saves.
+# imported here once, not in every child. The last one loads the embedder's model and freezes the
+# server's heap (see tests/support/forkserver_ready.py): without the freeze, each import here made
+# every child slower, its collector walking the server's objects.
 PRELOAD = [
     "market_analyst.cli",
     "market_analyst.workflow",
@@ -41,6 +42,8 @@ PRELOAD = [
     "tests.support.port_writers",
     "qdrant_client",
     "langchain_openai",
+    "qdrant_edge",
+    "tests.support.forkserver_ready",  # last: it freezes what the others made
 ]
 
 

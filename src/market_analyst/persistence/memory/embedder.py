@@ -13,6 +13,7 @@ re-embedded (`market-analyst memories reindex`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,31 @@ from market_analyst.ports.memory import Embedder as Embedder  # the port; the st
 
 WORDLLAMA_CONFIG = "l2_supercat"
 WORDLLAMA_DIMENSION = 256
+
+
+# The loaded models of this process, by dimension: a load parses the tokenizer and converts the
+# weights (about 60 ms of CPU), and a process that makes several embedders (a server, one a request)
+# pays it once. A model is read-only once loaded (its tokenizer's settings are fixed at load), so
+# threads share it.
+_MODELS: dict[int, Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def load_wordllama(dimension: int = WORDLLAMA_DIMENSION) -> Any:
+    """WordLlama's bundled model at `dimension`, loaded once a process."""
+    with _MODELS_LOCK:
+        if dimension not in _MODELS:
+            import wordllama
+            from wordllama import WordLlama
+
+            _MODELS[dimension] = WordLlama.load(
+                config=WORDLLAMA_CONFIG,
+                cache_dir=Path(wordllama.__file__).parent,
+                dim=WORDLLAMA_DIMENSION,
+                trunc_dim=None if dimension == WORDLLAMA_DIMENSION else dimension,
+                disable_download=True,
+            )
+        return _MODELS[dimension]
 
 
 class WordLlamaEmbedder:
@@ -38,16 +64,7 @@ class WordLlamaEmbedder:
 
     def _loaded(self) -> Any:
         if self._model is None:
-            import wordllama
-            from wordllama import WordLlama
-
-            self._model = WordLlama.load(
-                config=WORDLLAMA_CONFIG,
-                cache_dir=Path(wordllama.__file__).parent,
-                dim=WORDLLAMA_DIMENSION,
-                trunc_dim=None if self.dimension == WORDLLAMA_DIMENSION else self.dimension,
-                disable_download=True,
-            )
+            self._model = load_wordllama(self.dimension)
         return self._model
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
