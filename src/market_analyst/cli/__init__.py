@@ -8,14 +8,17 @@ command is not a mistake: it prints its help on stdout and exits 0.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
 import traceback
 import warnings
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import typer
+import typer.main
+from typer.core import TyperGroup
 
 # typer 0.29+ vendors click, and only there are its usage errors reachable.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
@@ -45,6 +48,14 @@ app.add_typer(approvers.app, name="approvers")
 app.add_typer(audit.app, name="audit")
 app.add_typer(records.app, name="records")
 app.command()(serve.serve)
+
+
+@functools.cache
+def command() -> TyperGroup:
+    """The app as a Click command, built once a process: Typer builds it on every call of `app`,
+    reading every command's signature (about 10 ms), and a process forked from one that has built it
+    (the tests' CLI harness) need not build it again."""
+    return cast(TyperGroup, typer.main.get_command(app))
 
 
 def package_version() -> str:
@@ -122,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger().addHandler(logging.NullHandler())
         warnings.simplefilter("ignore")
     try:
-        result = app(args=args, prog_name="market-analyst", standalone_mode=False)
+        result = command()(args=args, prog_name="market-analyst", standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
