@@ -18,10 +18,10 @@ from typing import NoReturn, cast
 
 import typer
 import typer.main
-from typer.core import TyperGroup
 
 # typer 0.29+ vendors click, and only there are its usage errors reachable.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer.core import TyperGroup
 
 from market_analyst.cli import approvers, audit, db, memories, operate, profile, records, reports, runs, serve
 from market_analyst.cli.output import guard_output
