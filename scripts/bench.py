@@ -160,11 +160,11 @@ SMALL: dict[str, int] = {
     "archive": 300,
     "archive-postgres": 300,
     "threads": 100,
-    "approvals": 2,
+    "approvals": 1,
     "memory": 300,
     "replicas": 4,
     "memory-analyze": 20,
-    "encryption": 2,
+    "encryption": 1,
 }
 
 

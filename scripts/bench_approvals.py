@@ -114,7 +114,8 @@ def run_notes(n: int) -> bool:
     `remember`. True when the user with memories is within MEMORIES_RATIO_TARGET."""
     import bench_memory_analyze
 
-    print(f"approve --note: {n} CLI processes each, a user with 1,000 memories, one without, a held store")
+    each = f"{n} CLI process{'' if n == 1 else 'es'} each"
+    print(f"approve --note: {each}, a user with 1,000 memories, one without, a held store")
     with tempfile.TemporaryDirectory(prefix="bench-notes-") as tmp:
         data = Path(tmp) / "data"
         env = _environment(data)
@@ -164,7 +165,8 @@ def run_notes(n: int) -> bool:
 def run(n: int) -> bool:
     """Draft 2n threads, approve n through the server and n with the CLI, and print both; True when
     the warm server's p50 is under WARM_P50_TARGET and WARM_RATIO_TARGET times the CLI's."""
-    print(f"approvals: {n} through a warm server vs {n} CLI processes, embedded PostgreSQL, sync")
+    processes = f"{n} CLI process{'' if n == 1 else 'es'}"
+    print(f"approvals: {n} through a warm server vs {processes}, embedded PostgreSQL, sync")
     with tempfile.TemporaryDirectory(prefix="bench-approvals-") as tmp:
         env = _environment(Path(tmp) / "data")
         settings = Settings.load(environ=env, dotenv=None)

@@ -45,7 +45,8 @@ def _timed(env: dict[str, str], program: str, *args: str) -> float:
 
 def run(n: int) -> bool:
     """`n` threads each way, analysed then approved; True when both ratios are within the target."""
-    print(f"encryption: 'analyze' to the gate and 'approve', {n} processes each, sealed against unsealed")
+    each = f"{n} process{'' if n == 1 else 'es'} each"
+    print(f"encryption: 'analyze' to the gate and 'approve', {each}, sealed against unsealed")
     times: dict[str, dict[str, list[float]]] = {"sealed": {}, "unsealed": {}}
     with tempfile.TemporaryDirectory(prefix="bench-encryption-") as tmp:
         env = _environment(Path(tmp) / "data")

@@ -240,9 +240,9 @@ BENCH_LINES: dict[str, list[str]] = {
     "archive": ["reports search --ticker NVDA", "ratio"],
     "archive-postgres": ["archive-postgres: 300 archived reports", "reports search 'trend: up'", "postgres"],
     "threads": ["threads: 'threads --pending' over 100 threads", "postgres  index", "redis     index"],
-    # Each approval through the CLI is a process of its own (seconds), so this section runs two.
+    # Each approval through the CLI is a process of its own (seconds), so this section runs one of each.
     "approvals": [
-        "approvals: 2 through a warm server vs 2 CLI processes",
+        "approvals: 1 through a warm server vs 1 CLI process",
         "POST /api/threads/{id}/approve (warm server) p50",
         "market-analyst approve (a process each)      p50",
         "ratio at p50",
@@ -265,7 +265,7 @@ BENCH_LINES: dict[str, list[str]] = {
         "a user with no memories loads no model: yes",
     ],
     "encryption": [
-        "encryption: 'analyze' to the gate and 'approve', 2 processes each",
+        "encryption: 'analyze' to the gate and 'approve', 1 process each",
         "analyze  p50 sealed",
         "approve  p50 sealed",
     ],
