@@ -25,7 +25,7 @@ WORDLLAMA_DIMENSION = 256
 
 
 # The loaded models of this process, by dimension: a load parses the tokenizer and converts the
-# weights (about 60 ms of CPU), and a process that makes several embedders (a server, one a request)
+# weights (about 60 ms of CPU), and a process that opens the memory store again and again (a server)
 # pays it once. A model is read-only once loaded (its tokenizer's settings are fixed at load), so
 # threads share it.
 _MODELS: dict[int, Any] = {}
