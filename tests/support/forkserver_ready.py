@@ -9,8 +9,8 @@ again, done once in the fork server, and the server's heap set aside from the ga
 - `gc.freeze()` moves every object the preloads made into the collector's permanent generation. A
   child's first full collection would otherwise walk all of them, and writing each object's GC
   header copies its page out of the memory it shares with the server: that walk cost a child more
-  than the imports it saves, and is why `analyze` and `approve` took about twice the CPU in a child
-  that they take in a warm process.
+  than the imports it saves, and is why `analyze` and `approve` took two to three times the CPU in a
+  child that they take in a warm process.
 """
 
 import gc
