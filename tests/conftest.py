@@ -114,9 +114,10 @@ def fresh_cli(
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
-    """Start `market-analyst serve` with a CLI's settings (`command` replaces the installed script, run
-    from the repository); every server started is stopped after the test."""
+def serve(tmp_path: Path, harness: Harness) -> Iterator[Callable[..., WebServer]]:
+    """Start `market-analyst serve` with a CLI's settings, forked from the session's fork server
+    (`command` replaces it with a command of its own, run from the repository); every server started
+    is stopped after the test."""
     servers: list[WebServer] = []
 
     def start(
@@ -126,7 +127,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
             env=cli.env | (env or {}),
             cwd=REPO if command else cli.cwd,
             log=tmp_path / f"serve-{len(servers)}.log",
-            **({"command": command} if command else {}),
+            command=command,
+            harness=harness,
         )
         servers.append(server)
         return server.start(*args)

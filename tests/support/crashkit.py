@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -98,6 +100,67 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, kill_point: str, file
         Path(files["code"]).write_text(str(code))
 
 
+def die_with_parent() -> None:
+    """In a child (before exec, for `subprocess.Popen`): on Linux, SIGKILL it when its parent dies, so
+    a killed or timed-out pytest leaves no server behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve(argv: list[str], env: dict[str, str], cwd: str, log: str) -> None:
+    """A child of `Harness.serve`: in a session of its own, as a server started by `subprocess.Popen`
+    with `start_new_session` would be, and killed with the fork server (which ends with the test
+    process). Its output, its libraries' and its own children's, goes to `log`."""
+    os.setsid()
+    die_with_parent()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own streams
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    from market_analyst.cli import main
+
+    main(argv)
+
+
+@dataclass
+class Forked:
+    """A child started by `Harness.serve`, with the part of `subprocess.Popen` that the tests use."""
+
+    proc: Any
+    args: list[str]
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid)
+
+    def poll(self) -> int | None:
+        return self.proc.exitcode  # type: ignore[no-any-return]
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return int(self.proc.exitcode)
+
+    def terminate(self) -> None:
+        self.proc.terminate()
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.proc.pid, signum)
+
+
 # What multiprocessing's forkserver reports for a child whose status it could not read back.
 LOST_STATUS = 255
 
@@ -179,6 +242,13 @@ class Harness:
             assert proc.exitcode == 0, f"{target.__name__} exited {proc.exitcode}: {err}"
             results.append(json.loads(Path(paths["out"]).read_text()))
         return results
+
+    def serve(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Forked:
+        """Start `market-analyst argv...`, a command that runs until it is stopped (`serve`), in a
+        child of its own with its output in `log`; the child answers as a `subprocess.Popen` would."""
+        proc = self.ctx.Process(target=_serve, args=(argv, env, str(cwd), str(log)))
+        proc.start()
+        return Forked(proc, argv)
 
     def hold(
         self, target: Callable[..., Any], args: tuple[Any, ...], until: str, timeout: float = 60

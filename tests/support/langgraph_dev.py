@@ -28,7 +28,8 @@ from market_analyst.settings import Settings
 from market_analyst.workflow.approvers import add_approver
 from tests.support import REPO
 from tests.support.cli import clean_environ, market_analyst_command
-from tests.support.services import _die_with_parent, free_port
+from tests.support.crashkit import die_with_parent
+from tests.support.services import free_port
 
 PAGE_URL = "http://127.0.0.1:2024"
 # LangChain's and LangSmith's own settings stay out: a developer's tracing key would send runs away.
@@ -140,7 +141,7 @@ def dev_server(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
     url = f"http://127.0.0.1:{port}"
     try:

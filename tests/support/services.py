@@ -22,6 +22,7 @@ import pytest
 
 from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
 from tests.support import REPO
+from tests.support.crashkit import Forked, die_with_parent
 
 LIBSSL_SCRIPT = REPO / "scripts" / "fetch-libssl.sh"
 
@@ -134,17 +135,6 @@ def release_port(port: int) -> None:
         os.close(fd)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: on Linux, SIGKILL the server when the test process dies, so a
-    killed or timed-out pytest leaves no Redis behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def unavailable(reason: str) -> None:
     """Fail in CI, where the Redis tests must run; elsewhere skip with the reason."""
     if os.environ.get("CI", "").lower() == "true":
@@ -205,7 +195,7 @@ class RedisServer:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
         deadline = time.monotonic() + timeout
@@ -231,14 +221,14 @@ class RedisServer:
         stop_process(self.proc)
 
 
-def kill_process(proc: subprocess.Popen[bytes] | None) -> None:
+def kill_process(proc: subprocess.Popen[bytes] | Forked | None) -> None:
     """SIGKILL a server process that still runs, and reap it."""
     if proc and proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
 
 
-def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+def stop_process(proc: subprocess.Popen[bytes] | Forked | None) -> None:
     """Ask a server process that still runs to stop (SIGTERM); SIGKILL it after ten seconds."""
     if proc and proc.poll() is None:
         proc.terminate()

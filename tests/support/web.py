@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from tests.support.cli import market_analyst_command
-from tests.support.services import _die_with_parent, free_port, kill_process, release_port, stop_process
+from tests.support.crashkit import Forked, Harness, die_with_parent
+from tests.support.services import free_port, kill_process, release_port, stop_process
 
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
 HIDDEN_FIELD = re.compile(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"')
@@ -21,14 +22,17 @@ DRAFT_FIELDS = ("draft_id", "content_hash")
 
 @dataclass
 class WebServer:
-    """`market-analyst serve` (or `command`, which gets `serve --port N` appended) in its own process."""
+    """`market-analyst serve` in its own process: forked from `harness` when one is given (as the
+    harness forks every CLI command, a fraction of a second instead of a new interpreter's imports),
+    else the installed script; or `command`, which gets `serve --port N` appended."""
 
     env: dict[str, str]
     cwd: Path
     log: Path
-    command: list[str] = field(default_factory=market_analyst_command)
+    command: list[str] | None = None
+    harness: Harness | None = None
     port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | Forked | None = None
 
     @property
     def url(self) -> str:
@@ -36,17 +40,11 @@ class WebServer:
 
     def start(self, *args: str, timeout: float = 60) -> WebServer:
         self.port = free_port()
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [*self.command, "serve", "--port", str(self.port), *args],
-                cwd=self.cwd,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        argv = ["serve", "--port", str(self.port), *args]
+        if self.command is None and self.harness is not None:
+            self.proc = self.harness.serve(argv, self.env, self.cwd, self.log)
+        else:
+            self._popen([*(self.command or market_analyst_command()), *argv])
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -59,6 +57,19 @@ class WebServer:
                         f"the server did not start: {self.log.read_text()[-2000:]}"
                     ) from None
                 time.sleep(0.1)
+
+    def _popen(self, command: list[str]) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
 
     def client(self, token: str | None = None) -> httpx.Client:
         """A client of this server; with `token`, it sends it as a bearer token."""
