@@ -179,12 +179,31 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write(out.getvalue())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test is marked with its tier, which is the folder it lives in (`pytest -m unit`), and
-    bounded by its tier's timeout unless it names its own (tests/support/bounds.py)."""
+    bounded by its tier's timeout unless it names its own (tests/support/bounds.py); a test marked
+    `xdist_group` is given its group (see `_group_suffix`)."""
     for item in items:
         parts = item.path.relative_to(REPO / "tests").parts
         if len(parts) < 2 or parts[0] not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(parts[0])
         add_tier_timeout(item, parts[0])
+        if getattr(config.option, "loadgroup", False):
+            _group_suffix(item)
+
+
+def _group_suffix(item: pytest.Item) -> None:
+    """Give a test marked `xdist_group` the `@GROUP` suffix that `--dist loadgroup` reads on the
+    controller. pytest-xdist sets it on `item._nodeid`, which pytest 9.2 no longer reads (its node IDs
+    are structured: pytest-xdist issue #1386): the tests of a group were spread over every worker,
+    each worker starting the group's `langgraph dev` servers again. A suffix already there is kept."""
+    from _pytest.nodeid import NodeId
+
+    names = {
+        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+        for m in item.iter_markers("xdist_group")
+    }
+    if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")
