@@ -22,16 +22,14 @@ from tests.support.crashkit import Harness
 SESSION_PUT = "market_analyst.persistence.profiles.edge:EdgeSession._put"
 
 
-def _run_together(cli: Cli, commands: list[list[str]], go: Path) -> list[tuple[int, str, str]]:
+def _run_together(cli: Cli, commands: list[list[str]]) -> list[tuple[int, str, str]]:
     """Start every command in a process of its own, release them at once, and wait for all."""
-    children = [store_child.start(args, env=cli.env, cwd=cli.cwd, go=go) for args in commands]
-    go.touch()
-    return [(child.wait(timeout=180), *child.communicate()) for child in children]
+    assert cli.harness is not None
+    outcomes = cli.harness.run_together([(args, cli.env) for args in commands], cwd=cli.cwd, at_once=True)
+    return [(o.returncode, o.stdout, o.stderr) for o in outcomes]
 
 
-def test_four_concurrent_sets_of_different_fields_all_succeed_and_all_fields_are_kept(
-    cli: Cli, tmp_path: Path
-):
+def test_four_concurrent_sets_of_different_fields_all_succeed_and_all_fields_are_kept(cli: Cli):
     cli.ok("profile", "set", "--user", "ann", "--notes", "first")
     finished = _run_together(
         cli,
@@ -41,7 +39,6 @@ def test_four_concurrent_sets_of_different_fields_all_succeed_and_all_fields_are
             ["profile", "set", "--user", "ann", "--sectors", "semiconductors,software"],
             ["profile", "set", "--user", "ann", "--notes", "second"],
         ],
-        tmp_path / "go",
     )
     assert [code for code, _, _ in finished] == [0, 0, 0, 0], [err for _, _, err in finished]
     profile = cli.ok("profile", "show", "--user", "ann", "--json").json()["profile"]
@@ -58,16 +55,14 @@ def test_four_concurrent_sets_of_different_fields_all_succeed_and_all_fields_are
     )
 
 
-def test_eight_concurrent_analyses_all_read_their_profiles(cli: Cli, tmp_path: Path):
+def test_eight_concurrent_analyses_all_read_their_profiles(cli: Cli):
     users = [f"analyst-{i}" for i in range(8)]
     with ProfileStore(path=cli.data_dir / "profiles").session() as session:
         session.save_many(
             Profile(user_id=u, risk_tolerance=RISK_TOLERANCES[i % 3], notes=u)  # type: ignore[arg-type]
             for i, u in enumerate(users)
         )
-    finished = _run_together(
-        cli, [["analyze", "NVDA", "--user", u, "--json"] for u in users], tmp_path / "go"
-    )
+    finished = _run_together(cli, [["analyze", "NVDA", "--user", u, "--json"] for u in users])
     for i, (code, out, err) in enumerate(finished):
         assert code == 0, err
         used = json.loads(out)["draft"]["profile"]
@@ -156,7 +151,7 @@ def test_a_deleted_profile_leaves_none_of_its_words_on_disk(cli: Cli):
     assert "No stored profile" in cli.ok("profile", "show", "--user", "ann").stdout
 
 
-def test_deletions_and_sets_at_once_each_apply_and_no_deleted_words_remain(cli: Cli, tmp_path: Path):
+def test_deletions_and_sets_at_once_each_apply_and_no_deleted_words_remain(cli: Cli):
     """Two deletions (each a rewrite of the whole shard) and two sets, in four processes at once: every
     command succeeds, the sets are kept, and neither deleted profile leaves a byte behind."""
     for user in ("ann", "dan"):
@@ -169,7 +164,6 @@ def test_deletions_and_sets_at_once_each_apply_and_no_deleted_words_remain(cli: 
             ["profile", "delete", "--user", "dan"],
             ["profile", "set", "--user", "cy", "--notes", "cy keeps this"],
         ],
-        tmp_path / "go",
     )
     assert [code for code, _, _ in finished] == [0, 0, 0, 0], [err for _, _, err in finished]
     for user in ("bob", "cy"):

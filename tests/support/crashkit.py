@@ -85,6 +85,10 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, kill_point: str, file
     crash_child.install(kill_point)
     from market_analyst.cli import main
 
+    if "go" in files:  # started with others (`run_together(at_once=True)`): say so, wait for the go
+        Path(files["ready"]).touch()
+        while not Path(files["go"]).exists():
+            time.sleep(0.002)
     code = 1
     try:
         main(argv)
@@ -174,10 +178,14 @@ class Harness:
         self.ctx.set_forkserver_preload(PRELOAD)
         self.counter = 0
 
-    def _start(self, argv: list[str], env: dict[str, str], kill_point: str, cwd: Path | None) -> _Running:
+    def _start(
+        self, argv: list[str], env: dict[str, str], kill_point: str, cwd: Path | None, go: Path | None = None
+    ) -> _Running:
         self.counter += 1
         base = self.workdir / f"child-{os.getpid()}-{self.counter}"
-        files = {k: f"{base}.{k}" for k in ("out", "err", "nodes", "code")}
+        files = {k: f"{base}.{k}" for k in ("out", "err", "nodes", "code", *(("ready",) if go else ()))}
+        if go is not None:
+            files["go"] = str(go)
         proc = self.ctx.Process(target=_child, args=(argv, env, str(cwd or self.workdir), kill_point, files))
         running = _Running(argv, proc, files, time.monotonic())
         proc.start()
@@ -195,10 +203,25 @@ class Harness:
         return self._start(argv, env, kill_point, cwd).finish(timeout)
 
     def run_together(
-        self, jobs: list[tuple[list[str], dict[str, str]]], timeout: float = 180, cwd: Path | None = None
+        self,
+        jobs: list[tuple[list[str], dict[str, str]]],
+        timeout: float = 180,
+        cwd: Path | None = None,
+        at_once: bool = False,
     ) -> list[Outcome]:
-        """Start every job at once, each in its own child process, and wait for all of them."""
-        running = [self._start(argv, env, "none", cwd) for argv, env in jobs]
+        """Start every job at once, each in its own child process, and wait for all of them. With
+        `at_once`, every child says it is ready and waits, and once all are ready they run together,
+        so that they reach their stores at the same moment rather than one fork apart."""
+        self.counter += 1
+        go = self.workdir / f"go-{os.getpid()}-{self.counter}" if at_once else None
+        running = [self._start(argv, env, "none", cwd, go) for argv, env in jobs]
+        if go is not None:
+            deadline = time.monotonic() + timeout
+            while not all(Path(job.files["ready"]).exists() for job in running):
+                dead = [job for job in running if job.proc.exitcode is not None]
+                assert not dead and time.monotonic() < deadline, f"a child did not get ready: {dead}"
+                time.sleep(0.005)
+            go.touch()
         return [job.finish(timeout) for job in running]
 
     def call_together(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-
 from market_analyst.deps import open_checkpointer
 from market_analyst.graph import build_graph
 from market_analyst.settings import Settings
 from tests.support.backends import both_backends
-from tests.support.cli import Cli, Result, market_analyst_command, run_with_kill, unique_id
+from tests.support.cli import Cli, Result, run_with_kill, unique_id
 from tests.support.lease_holder import hold_lease
 from tests.support.retry import retry_while_busy
 
@@ -79,22 +77,11 @@ def _history_is_linear(settings: Settings, thread_id: str) -> tuple[bool, int]:
 def test_eight_concurrent_approvals_publish_once_without_forking_the_thread(cli: Cli):
     race = unique_id("race")
     cli.ok("analyze", "NVDA", "--thread-id", race)
-    procs = [
-        subprocess.Popen(
-            [*market_analyst_command(), "approve", race, "--user", f"approver{i}"],
-            cwd=cli.cwd,
-            env=cli.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        for i in range(8)
-    ]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=180)
-        results.append((proc.returncode, out, err))
+    assert cli.harness is not None
+    outcomes = cli.harness.run_together(
+        [(["approve", race, "--user", f"approver{i}"], cli.env) for i in range(8)], cwd=cli.cwd
+    )
+    results = [(o.returncode, o.stdout, o.stderr) for o in outcomes]
     successes = [r for r in results if r[0] == 0]
     refusals = [r for r in results if r[0] != 0]
     assert len(successes) == 1, results
