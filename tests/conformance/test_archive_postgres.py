@@ -4,7 +4,6 @@ races between real processes on a real server."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import psycopg
@@ -18,7 +17,7 @@ from market_analyst.ports import ReportStore
 from market_analyst.settings import Settings
 from tests.conformance.test_archive import _document
 from tests.support import SHARED_RECORDS, archive_child
-from tests.support.cli import Cli, market_analyst_command, run_with_kill, unique_id
+from tests.support.cli import Cli, run_with_kill, unique_id
 from tests.support.crashkit import Harness
 
 ARCHIVES = ("directory", "postgres")
@@ -289,19 +288,11 @@ def test_cli_concurrent_approvals_publish_one_row(cli: Cli):
     cli.env.update(SHARED_RECORDS)
     race = unique_id("pg-race")
     cli.ok("analyze", "NVDA", "--thread-id", race)
-    procs = [
-        subprocess.Popen(
-            [*market_analyst_command(), "approve", race, "--user", f"approver{i}"],
-            cwd=cli.cwd,
-            env=cli.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        for i in range(4)
-    ]
-    codes = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+    assert cli.harness is not None
+    outcomes = cli.harness.run_together(
+        [(["approve", race, "--user", f"approver{i}"], cli.env) for i in range(4)], cwd=cli.cwd
+    )
+    codes = [(o.returncode, o.stderr) for o in outcomes]
     assert sorted(code for code, _ in codes) == [0, 2, 2, 2], codes
     assert all("Traceback" not in err for _, err in codes)
     assert len(_rows(cli.env["POSTGRES_URL"])) == 1

@@ -19,6 +19,7 @@ from market_analyst.graph import build_graph
 from market_analyst.persistence.checkpoints.redis import FENCE_PREFIX, LEASE_PREFIX, LeaseLost
 from market_analyst.settings import Settings
 from tests.support.cli import Cli, clean_environ, unique_id
+from tests.support.crashkit import Harness
 from tests.support.lease_holder import hold_lease
 from tests.support.make import run_make
 from tests.support.services import RedisServer
@@ -131,7 +132,7 @@ def test_unreachable_redis_names_the_url_without_its_password(cli: Cli):
 @on_redis
 def test_redis_without_a_url_says_so(cli: Cli):
     env = {k: v for k, v in cli.env.items() if k != "REDIS_URL"}
-    result = Cli(env=env, cwd=cli.cwd).fails("threads")
+    result = Cli(env=env, cwd=cli.cwd, harness=cli.harness).fails("threads")
     assert "MA_CHECKPOINTER=redis needs REDIS_URL" in result.stderr
 
 
@@ -165,11 +166,11 @@ def _own_redis_env(tmp_path: Path, server: RedisServer) -> dict[str, str]:
     }
 
 
-def test_a_killed_and_restarted_redis_still_holds_the_paused_thread(tmp_path: Path):
+def test_a_killed_and_restarted_redis_still_holds_the_paused_thread(tmp_path: Path, harness: Harness):
     server = RedisServer(tmp_path / "redis").start()
     try:
         env = _own_redis_env(tmp_path, server)
-        cli = Cli(env=env, cwd=tmp_path)
+        cli = Cli(env=env, cwd=tmp_path, harness=harness)
         thread = cli.ok("analyze", "NVDA", "--json").json()["thread_id"]  # type: ignore[index]
         server.kill()  # SIGKILL: no shutdown save; only the append-only file, fsynced per write, remains
         assert "cannot connect to Redis" in cli.fails("status", thread).stderr
@@ -252,7 +253,9 @@ def test_a_checkpoint_saved_while_its_writes_are_stored_keeps_them(tmp_path: Pat
         ]
 
 
-def test_a_search_cut_off_by_a_killed_redis_is_a_lost_checkpointer_not_an_internal_error(tmp_path: Path):
+def test_a_search_cut_off_by_a_killed_redis_is_a_lost_checkpointer_not_an_internal_error(
+    tmp_path: Path, harness: Harness
+):
     """redisvl wraps the lost connection of a search (a thread's history, its pending writes) in its
     own `RedisSearchError`: that is still the server gone away, said as one `ServiceUnavailable` (exit
     69, 503), not an internal error or a thread that "is unknown: nothing was saved"."""
@@ -263,7 +266,9 @@ def test_a_search_cut_off_by_a_killed_redis_is_a_lost_checkpointer_not_an_intern
     server = RedisServer(tmp_path / "redis").start()
     try:
         env = _own_redis_env(tmp_path, server)
-        thread = Cli(env=env, cwd=tmp_path).ok("analyze", "NVDA", "--json").json()["thread_id"]
+        thread = (
+            Cli(env=env, cwd=tmp_path, harness=harness).ok("analyze", "NVDA", "--json").json()["thread_id"]
+        )
         with pytest.raises(ServiceUnavailable, match="lost the checkpointer") as lost:
             with open_run(Settings.load(environ=env, dotenv=None)) as run:
                 server.kill()

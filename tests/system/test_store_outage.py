@@ -18,6 +18,7 @@ import pytest
 from market_analyst.persistence.postgres.embedded import embedded_postgres_uri
 from tests.support import REPO, SHARED_RECORDS
 from tests.support.cli import Cli, clean_environ
+from tests.support.crashkit import Harness
 from tests.support.retry import retry_while_busy
 from tests.support.services import RedisServer, discard_embedded_postgres
 
@@ -84,10 +85,10 @@ def outage(
         store.close()
 
 
-def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path):
+def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path, harness: Harness):
     backend, store = outage
     env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
-    cli = Cli(env=env, cwd=tmp_path)
+    cli = Cli(env=env, cwd=tmp_path, harness=harness)
     pause = tmp_path / "pause"
     pause.mkdir()
     run = subprocess.Popen(
@@ -154,7 +155,7 @@ OUTAGE_REQUESTS = [
 
 @pytest.mark.parametrize("outage", ["postgres", "redis"], indirect=True)
 def test_while_a_store_is_down_every_route_answers_503_with_retry_after_and_writes_nothing(
-    outage, tmp_path: Path, serve
+    outage, tmp_path: Path, serve, harness: Harness
 ):
     """`serve` with its records (tokens, sessions) in PostgreSQL, or its checkpoints in Redis, and that
     server killed: every request a client or a browser makes is a 503 with `Retry-After` and one
@@ -166,7 +167,7 @@ def test_while_a_store_is_down_every_route_answers_503_with_retry_after_and_writ
     env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
     if backend == "postgres":
         env |= {"MA_RECORDS": "postgres", "MA_MASTER_KEY": SHARED_RECORDS["MA_MASTER_KEY"]}
-    cli = Cli(env=env, cwd=tmp_path)
+    cli = Cli(env=env, cwd=tmp_path, harness=harness)
     token = cli.ok("approvers", "add", "ann", "--role", "approver").stdout.strip()
     thread = cli.ok("analyze", "NVDA", "--user", "bob", "--json").json()["thread_id"]
     draft = cli.ok("status", thread, "--json").json()["draft"]["draft_id"]
