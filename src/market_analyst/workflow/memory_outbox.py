@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from market_analyst.errors import SealedValueUnreadable, ThreadBusy, UserError
+from market_analyst.errors import SealedValueUnreadable, ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.nodes.record_decision import UNANSWERED
 from market_analyst.ports import MemoryStore
 from market_analyst.settings import Settings
@@ -296,11 +296,18 @@ class Afterwards:
             done = sync_memories(self.settings, self._store.at_once(), claim=self._claim)
             if done.waiting or done.busy:  # again in a while: nothing else would copy them soon
                 _log.warning("memories wait for the store: %s", done.why or "threads busy")
-                retry = threading.Timer(RETRY_SECONDS, self.soon)
-                retry.daemon = True
-                retry.start()
+                self._retry()
+        except ServiceUnavailable as exc:  # a store is down: an outage, said in one line, not a fault
+            _log.warning("memories wait for a store: %s", exc)
+            self._retry()
         except Exception:  # the memories stay waiting, for the next decision or `memories sync`
             _log.exception("copying the memory outbox failed")
+
+    def _retry(self) -> None:
+        """Copy again in RETRY_SECONDS: nothing else would copy what waits soon."""
+        retry = threading.Timer(RETRY_SECONDS, self.soon)
+        retry.daemon = True
+        retry.start()
 
     def wait(self) -> None:
         """Let every copy queued so far finish (a server shutting down, a test)."""
