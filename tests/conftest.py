@@ -179,7 +179,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write(out.getvalue())
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test is marked with its tier, which is the folder it lives in (`pytest -m unit`), and
     bounded by its tier's timeout unless it names its own (tests/support/bounds.py); a test marked

@@ -290,7 +290,7 @@ def test_cli_concurrent_approvals_publish_one_row(cli: Cli):
     cli.ok("analyze", "NVDA", "--thread-id", race)
     assert cli.harness is not None
     outcomes = cli.harness.run_together(
-        [(["approve", race, "--user", f"approver{i}"], cli.env) for i in range(4)], cwd=cli.cwd
+        [(["approve", race, "--user", f"approver{i}"], cli.env) for i in range(4)], cwd=cli.cwd, at_once=True
     )
     codes = [(o.returncode, o.stderr) for o in outcomes]
     assert sorted(code for code, _ in codes) == [0, 2, 2, 2], codes

@@ -201,3 +201,32 @@ def test_a_servers_copy_never_makes_its_own_decisions_busy(cli: Cli, serve):
     ids = [m["id"] for m in memories]
     assert len(ids) == len(set(ids)) and expected <= set(ids)
     assert [m["kind"] for m in memories].count("report") == len(drafts) == len(cli.archive_files())
+
+
+def test_copies_that_meet_a_store_outage_keep_one_retry_waiting_not_one_each(tmp_path: Path):
+    """A server's copies that meet an outage (its checkpointer's Redis down), one after each refused
+    decision: each says so and asks to try again, but one retry waits at a time, later after each
+    failure, instead of a chain of retries per refused decision for as long as the outage lasts."""
+    import threading
+
+    from market_analyst.settings import Settings
+    from market_analyst.workflow.memory_outbox import RETRY_SECONDS, Afterwards
+
+    env = {
+        "MA_DATA_DIR": str(tmp_path / "data"),
+        "MA_CHECKPOINTER": "redis",
+        "REDIS_URL": "redis://127.0.0.1:9/0",
+    }
+    later = Afterwards(Settings.load(env, dotenv=None))
+    before = {t for t in threading.enumerate() if isinstance(t, threading.Timer)}
+    try:
+        for _ in range(4):  # four refused decisions, each asking for a copy once it has answered
+            later.soon()
+            later.wait()
+        retries = [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t not in before]
+        assert len(retries) == 1, retries
+        assert retries[0].interval == RETRY_SECONDS  # the first retry's delay: no copy has finished since
+    finally:
+        for timer in threading.enumerate():
+            if isinstance(timer, threading.Timer) and timer not in before:
+                timer.cancel()

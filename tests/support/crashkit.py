@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,7 @@ class Outcome:
 
 
 def _child(argv: list[str], env: dict[str, str], cwd: str, kill_point: str, files: dict[str, str]) -> None:
+    _end_with_the_fork_server()
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -115,12 +116,26 @@ def die_with_parent() -> None:
         pass
 
 
+def _end_with_the_fork_server() -> None:
+    """In a child of the fork server: SIGKILL this process when the fork server ends, and let it end
+    with the test process. The fork server ends once no process holds its "alive" pipe, and every
+    child inherits that pipe: a child that keeps it (a server, a hung command) would keep the fork
+    server, and itself, running after the test process died."""
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver  # type: ignore[attr-defined]
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+    die_with_parent()
+
+
 def _serve(argv: list[str], env: dict[str, str], cwd: str, log: str) -> None:
     """A child of `Harness.serve`: in a session of its own, as a server started by `subprocess.Popen`
     with `start_new_session` would be, and killed with the fork server (which ends with the test
     process). Its output, its libraries' and its own children's, goes to `log`."""
     os.setsid()
-    die_with_parent()
+    _end_with_the_fork_server()
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -216,12 +231,13 @@ class Harness:
         go = self.workdir / f"go-{os.getpid()}-{self.counter}" if at_once else None
         running = [self._start(argv, env, "none", cwd, go) for argv, env in jobs]
         if go is not None:
-            deadline = time.monotonic() + timeout
-            while not all(Path(job.files["ready"]).exists() for job in running):
-                dead = [job for job in running if job.proc.exitcode is not None]
-                assert not dead and time.monotonic() < deadline, f"a child did not get ready: {dead}"
-                time.sleep(0.005)
-            go.touch()
+            _let_go(
+                [job.proc for job in running],
+                [Path(job.files["ready"]) for job in running],
+                go,
+                timeout,
+                [Path(job.files["err"]) for job in running],
+            )
         return [job.finish(timeout) for job in running]
 
     def call_together(
@@ -247,13 +263,9 @@ class Harness:
         for proc in procs:
             proc.start()
         deadline = time.monotonic() + timeout
-        while not all(Path(paths["ready"]).exists() for paths in files):
-            dead = [p for p in procs if p.exitcode is not None]
-            assert not dead and time.monotonic() < deadline, "a child did not get ready: " + "".join(
-                Path(paths["err"]).read_text() for paths in files if Path(paths["err"]).exists()
-            )
-            time.sleep(0.005)
-        go.touch()
+        _let_go(
+            procs, [Path(paths["ready"]) for paths in files], go, timeout, [Path(p["err"]) for p in files]
+        )
         results = []
         for proc, paths in zip(procs, files, strict=True):
             proc.join(max(0.0, deadline - time.monotonic()))
@@ -269,7 +281,8 @@ class Harness:
     def serve(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Forked:
         """Start `market-analyst argv...`, a command that runs until it is stopped (`serve`), in a
         child of its own with its output in `log`; the child answers as a `subprocess.Popen` would."""
-        proc = self.ctx.Process(target=_serve, args=(argv, env, str(cwd), str(log)))
+        # Daemonic: a server that a test left running is ended as the test process exits, not waited for.
+        proc = self.ctx.Process(target=_serve, args=(argv, env, str(cwd), str(log)), daemon=True)
         proc.start()
         return Forked(proc, argv)
 
@@ -291,6 +304,25 @@ class Harness:
                 raise AssertionError(f"{target.__name__} did not say {until!r}: {held.said()!r}")
             time.sleep(0.01)
         return held
+
+
+def _let_go(
+    procs: list[Any], ready: list[Path], go: Path, timeout: float, errors: Sequence[Path] = ()
+) -> None:
+    """Wait until every child has said it is ready (`ready`), then let all go at once (`go`). If one
+    ends first, or `timeout` passes, kill every child (none is left waiting for a go that never
+    comes) and fail with what the children wrote to `errors`."""
+    deadline = time.monotonic() + timeout
+    while not all(path.exists() for path in ready):
+        if any(proc.exitcode is not None for proc in procs) or time.monotonic() > deadline:
+            for proc in procs:
+                proc.kill()
+                proc.join()
+            said = "".join(path.read_text() for path in errors if path.exists())
+            codes = [proc.exitcode for proc in procs]
+            raise AssertionError(f"a child did not get ready (exit codes {codes}): {said}")
+        time.sleep(0.005)
+    go.touch()
 
 
 def say(said: str, word: str) -> None:

@@ -79,7 +79,7 @@ def test_eight_concurrent_approvals_publish_once_without_forking_the_thread(cli:
     cli.ok("analyze", "NVDA", "--thread-id", race)
     assert cli.harness is not None
     outcomes = cli.harness.run_together(
-        [(["approve", race, "--user", f"approver{i}"], cli.env) for i in range(8)], cwd=cli.cwd
+        [(["approve", race, "--user", f"approver{i}"], cli.env) for i in range(8)], cwd=cli.cwd, at_once=True
     )
     results = [(o.returncode, o.stdout, o.stderr) for o in outcomes]
     successes = [r for r in results if r[0] == 0]

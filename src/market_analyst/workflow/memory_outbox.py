@@ -213,6 +213,7 @@ def sync_memories(
 QUIET_SECONDS = 0.25
 LONGEST_SECONDS = 2.0
 RETRY_SECONDS = 5.0  # a copy that found the store or a thread held tries again this much later
+RETRY_MAX_SECONDS = 60.0  # and, while copies keep failing (a store down), twice as late each time, to this
 
 
 class Afterwards:
@@ -228,6 +229,8 @@ class Afterwards:
         self._guard = threading.Lock()
         self._queued = False
         self._first = self._last = 0.0
+        self._retry_timer: threading.Timer | None = None  # one retry waits at a time
+        self._failed = 0  # copies in a row that could not finish
         # A copy holds each thread's lease while it copies it: this server's own decisions do not
         # run beside a copy of their thread (they would find it busy). A decision waits for the
         # batch that holds its thread; a copy leaves the threads being decided to their decisions,
@@ -297,6 +300,9 @@ class Afterwards:
             if done.waiting or done.busy:  # again in a while: nothing else would copy them soon
                 _log.warning("memories wait for the store: %s", done.why or "threads busy")
                 self._retry()
+            else:
+                with self._guard:
+                    self._failed = 0
         except ServiceUnavailable as exc:  # a store is down: an outage, said in one line, not a fault
             _log.warning("memories wait for a store: %s", exc)
             self._retry()
@@ -304,10 +310,25 @@ class Afterwards:
             _log.exception("copying the memory outbox failed")
 
     def _retry(self) -> None:
-        """Copy again in RETRY_SECONDS: nothing else would copy what waits soon."""
-        retry = threading.Timer(RETRY_SECONDS, self.soon)
-        retry.daemon = True
-        retry.start()
+        """Copy again later: nothing else would copy what waits soon. One retry waits at a time
+        (however many decisions asked for copies that failed), RETRY_SECONDS after the first failed
+        copy and twice as long after each next one, up to RETRY_MAX_SECONDS."""
+        with self._guard:
+            if self._retry_timer is not None:
+                return
+            delay = min(RETRY_SECONDS * 2**self._failed, RETRY_MAX_SECONDS)
+            self._failed += 1
+            self._retry_timer = threading.Timer(delay, self._retried)
+            self._retry_timer.daemon = True
+            self._retry_timer.start()
+
+    def _retried(self) -> None:
+        with self._guard:
+            self._retry_timer = None
+        try:
+            self.soon()
+        except RuntimeError:  # the server is shutting down: what waits is copied by the next command
+            pass
 
     def wait(self) -> None:
         """Let every copy queued so far finish (a server shutting down, a test)."""
