@@ -61,6 +61,30 @@ def test_verify_while_four_processes_append_never_cries_tampering(backend: str, 
     assert open_audit(records_settings(environ)).verify().problem is None
 
 
+def test_a_verify_that_finds_no_log_yet_is_not_misled_by_a_first_append_while_it_reads(tmp_path):
+    """A verify that looks before any writer has made the log's directory holds no lock (there is no
+    lock file yet to hold), so it must not go on to read the files: a first writer could put its
+    entry and head between its read of the log (nothing) and of the head (entry 1), which read as
+    an entry taken off the end. Here that writer comes at that very moment, every time."""
+    from market_analyst.persistence.audit.files import AuditLog
+    from market_analyst.ports import AuditEvent
+
+    root = tmp_path / "audit"
+    reader, writer = AuditLog(root), AuditLog(root)
+    read_head = reader._head
+
+    def head_after_a_first_append():
+        writer.append(AuditEvent(event_id="e1", action="approved", at="2026-01-01T00:00:00+00:00"))
+        return read_head()
+
+    reader._head = head_after_a_first_append  # type: ignore[method-assign]
+    found = reader.verify()
+    assert found.problem is None and found.entries == 0
+    reader._head = read_head  # type: ignore[method-assign]
+    writer.append(AuditEvent(event_id="e1", action="approved", at="2026-01-01T00:00:00+00:00"))
+    assert (reader.verify().entries, reader.verify().problem) == (1, None)
+
+
 def test_an_append_killed_between_its_entry_and_the_head_verifies_and_the_next_one_completes_it(cli: Cli):
     """The file log writes an entry, then its head (audit.head): a decision killed between the two
     leaves a whole, chained entry that the head does not name yet (or no head at all, for the first

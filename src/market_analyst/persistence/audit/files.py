@@ -222,6 +222,10 @@ class AuditLog(AuditChain):
     def _chain(self) -> tuple[list[tuple[int, bytes]], dict[str, Any] | None]:
         # Under the append lock, so that the log and its head read as one, never between an entry and
         # its head; a log in a place this process cannot write to (no lock file) reads as it stands.
+        # No directory yet is an empty log, as of that look: reading the files after it, unlocked,
+        # could meet a first writer between its entry and its head.
+        if not self.root.exists():
+            return [], None
         with contextlib.ExitStack() as held:
             if self.root.is_dir():
                 with contextlib.suppress(OSError):
