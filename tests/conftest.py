@@ -12,8 +12,10 @@ The helpers behind these fixtures live in `tests/support/`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,6 +81,24 @@ def redis_url(redis_server_url: str) -> str:
         with redis.Redis.from_url(redis_server_url) as client:
             client.flushall()
     return redis_server_url
+
+
+@pytest.fixture(scope="session")
+def lasting() -> Iterator[Callable[[Hashable, Callable[[], AbstractContextManager[Any]]], Any]]:
+    """Servers kept for the rest of the session once a test has started them: `lasting(key, start)`
+    enters `start()` the first time `key` is asked for and returns what it gave every time; all are
+    left at the session's end. For servers a module's tests share (`langgraph dev`), so that an
+    order that leaves the module and comes back (the census's random one) does not start them
+    again each time."""
+    held: dict[Hashable, Any] = {}
+    with ExitStack() as stack:
+
+        def get(key: Hashable, start: Callable[[], AbstractContextManager[Any]]) -> Any:
+            if key not in held:
+                held[key] = stack.enter_context(start())
+            return held[key]
+
+        yield get
 
 
 @pytest.fixture(scope="session")

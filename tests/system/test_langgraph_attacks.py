@@ -8,7 +8,7 @@ genuine approval then publishes once. Agent Inbox's answers work where they shou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -32,10 +32,12 @@ pytestmark = pytest.mark.xdist_group("langgraph-attacks")
 
 @pytest.fixture(scope="module", params=["files", "postgres"])
 def server(
-    request: pytest.FixtureRequest, tmp_path_factory: Any, postgres_server: str
-) -> Iterator[DevServer]:
-    with start_server(request, tmp_path_factory, postgres_server, 1) as running:
-        yield running
+    request: pytest.FixtureRequest, tmp_path_factory: Any, postgres_server: str, lasting: Any
+) -> DevServer:
+    return lasting(
+        ("langgraph-attacks", request.param),
+        partial(start_server, request, tmp_path_factory, postgres_server, 1),
+    )
 
 
 def _forged(asked: dict[str, Any]) -> dict[str, Any]:
@@ -188,8 +190,12 @@ def test_tokens_roles_and_owners_keep_callers_apart(server: DevServer):
 
 def test_agent_inbox_answers(server: DevServer):
     thread, asked = gate_request(server)
-    assert asked["config"] == {"allow_ignore": False, "allow_respond": True, "allow_edit": False,
-                               "allow_accept": True}
+    assert asked["config"] == {
+        "allow_ignore": False,
+        "allow_respond": True,
+        "allow_edit": False,
+        "allow_accept": True,
+    }
     assert asked["action_request"]["args"]["draft_id"] == asked["draft_id"]
     assert asked["description"].startswith("#")
     # ignore, as Agent Inbox sends it (a state write), and as an answer; edit: refused, still waiting.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -27,14 +27,19 @@ pytestmark = pytest.mark.xdist_group("langgraph-dev")
 
 @pytest.fixture(scope="module", params=["files", "postgres"])
 def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_server: str
-) -> Iterator[DevServer]:
-    home = tmp_path_factory.mktemp("langgraph-dev")
-    env = {"MA_DATA_DIR": str(home / "data"), "MA_RECORDS": request.param}
-    if request.param == "postgres":
-        env["POSTGRES_URL"] = new_database(postgres_server, prefix="lg_")
-    with dev_server(home, env, CALLERS) as running:
-        yield running
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_server: str,
+    lasting: Any,
+) -> DevServer:
+    def start() -> AbstractContextManager[DevServer]:
+        home = tmp_path_factory.mktemp("langgraph-dev")
+        env = {"MA_DATA_DIR": str(home / "data"), "MA_RECORDS": request.param}
+        if request.param == "postgres":
+            env["POSTGRES_URL"] = new_database(postgres_server, prefix="lg_")
+        return dev_server(home, env, CALLERS)
+
+    return lasting(("langgraph-dev", request.param), start)
 
 
 def _against(text: str, server: DevServer) -> str:

@@ -5,7 +5,7 @@ real `langgraph dev` from the repository's langgraph.json, with MA_RECORDS both 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -25,10 +25,12 @@ pytestmark = pytest.mark.xdist_group("langgraph-quorum")
 
 @pytest.fixture(scope="module", params=["files", "postgres"])
 def quorum_server(
-    request: pytest.FixtureRequest, tmp_path_factory: Any, postgres_server: str
-) -> Iterator[DevServer]:
-    with start_server(request, tmp_path_factory, postgres_server, 2) as running:
-        yield running
+    request: pytest.FixtureRequest, tmp_path_factory: Any, postgres_server: str, lasting: Any
+) -> DevServer:
+    return lasting(
+        ("langgraph-quorum", request.param),
+        partial(start_server, request, tmp_path_factory, postgres_server, 2),
+    )
 
 
 def test_one_approver_under_two_names_is_one_approval(quorum_server: DevServer):
