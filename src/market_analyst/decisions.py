@@ -348,13 +348,25 @@ def validated(
         update={
             "verified": identity.verified if identity else False,
             "door": identity.door if identity else "langgraph",
-            "at": probe.at or now(),
+            "at": probe.at or not_before(now(), request.drafted_at),
         }
     )
     found = refusal(policy, request, decided)
     if found is not None:
         raise found
     return decided
+
+
+def not_before(at: str, drafted_at: str | None) -> str:
+    """The time a decision records, `at` by this host's clock, but never before its draft's
+    `drafted_at`: a host whose clock is behind the one that drafted would date the decision first."""
+    from datetime import datetime
+
+    try:
+        later = drafted_at is not None and datetime.fromisoformat(drafted_at) > datetime.fromisoformat(at)
+    except (TypeError, ValueError):  # a time this release did not write: the clock's, as it is
+        return at
+    return drafted_at if later and drafted_at else at
 
 
 def first_error(exc: ValidationError) -> str:

@@ -40,6 +40,7 @@ from market_analyst.decisions import (
     draft_digest,
     first_error,
     inbox_fields,
+    not_before,
     refusal,
 )
 from market_analyst.decisions import content_hash as hash_of
@@ -216,7 +217,7 @@ def accepted(
                 by=caller,
                 note=answer.note,
                 options=answer.options,
-                at=now.isoformat(timespec="seconds"),
+                at=not_before(now.isoformat(timespec="seconds"), state.get("drafted_at")),
                 verified=True,
                 door="langgraph",
             )

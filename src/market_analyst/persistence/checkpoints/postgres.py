@@ -183,12 +183,17 @@ def _sealed_saver_class() -> Any:
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
+    from market_analyst.persistence.checkpoints.order import followed, refuse_out_of_order
     from market_analyst.persistence.checkpoints.sealing import Sealed, thread_of
 
     class SealedPostgresSaver(PostgresSaver):
         keyring: Keyring | None = None
 
+        def get_tuple(self, config: Any) -> Any:
+            return followed(super().get_tuple(config))  # the IDs made next follow it (`order`)
+
         def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            refuse_out_of_order(config, checkpoint)
             if self.keyring is None:
                 return super().put(config, checkpoint, metadata, new_versions)
             cipher = self._cipher(config)

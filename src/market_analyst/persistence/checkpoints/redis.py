@@ -26,6 +26,7 @@ from redis import exceptions as redis_errors
 
 from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
+from market_analyst.persistence.checkpoints.order import followed, refuse_out_of_order
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
 from market_analyst.persistence.checkpoints.rewriting import Rewrite, ThreadRewriter
 from market_analyst.persistence.checkpoints.sealing import (
@@ -102,9 +103,13 @@ class _FencedWrites:
     fences: _Fences | None = None
     keyring: Keyring | None = None
 
+    def get_tuple(self, config: Any) -> Any:
+        return followed(super().get_tuple(config))  # type: ignore[misc]  # the IDs made next follow it
+
     def put(self, config: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fences is not None:
             self.fences.check(config)
+        refuse_out_of_order(config, checkpoint)
         if self.keyring is not None:
             cipher = self.keyring.cipher_for(thread_of(config))
             values = redis_sealed_values(self.serde, cipher, checkpoint.get("channel_values", {}))  # type: ignore[attr-defined]
