@@ -76,6 +76,7 @@ VARIABLES: dict[str, str] = {
     "MA_ALLOWED_HOSTS": "",
     "MA_TRUSTED_PROXIES": "",
     "MA_REQUEST_TIMEOUT": "10",
+    "MA_CLOCK_SKEW": "30s",
 }
 # The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
 MAX_EPOCH = 253_402_300_799
@@ -184,6 +185,7 @@ class Settings(BaseSettings):
     request_timeout: float = Field(
         default=10.0, gt=0, le=600, allow_inf_nan=False, validation_alias="MA_REQUEST_TIMEOUT"
     )
+    clock_skew: timedelta = Field(default=timedelta(seconds=30), validation_alias="MA_CLOCK_SKEW")
 
     @field_validator(
         "checkpointer",
@@ -242,7 +244,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"{address!r} is not an IP address or network such as 10.0.0.0/8") from None
         return value
 
-    @field_validator("max_draft_age", "session_idle", "session_max", mode="before")
+    @field_validator("max_draft_age", "session_idle", "session_max", "clock_skew", mode="before")
     @classmethod
     def _age(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -257,6 +259,13 @@ class Settings(BaseSettings):
     def _positive(cls, value: timedelta) -> timedelta:
         if value.total_seconds() < 1:
             raise ValueError("must be at least one second (a session that ends at once signs no one in)")
+        return value
+
+    @field_validator("clock_skew", mode="after")
+    @classmethod
+    def _skew(cls, value: timedelta) -> timedelta:
+        if value > timedelta(hours=1):
+            raise ValueError("must be at most 1h (clocks further apart than that need fixing, not allowing)")
         return value
 
     @field_validator("qdrant_url", mode="after")

@@ -10,6 +10,7 @@ files they share: with `MA_RECORDS=postgres` the report archive is in PostgreSQL
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import pytest
 
 from tests.support import SHARED_RECORDS
 from tests.support.backends import both_backends
-from tests.support.cli import Cli, unique_id
+from tests.support.cli import Cli, market_analyst_command, unique_id
 from tests.support.web import FormClient, WebServer
 
 KILL_AFTER_ARCHIVE_WRITE = [sys.executable, "-m", "tests.support.crash_child", "after-archive-write"]
@@ -36,8 +37,10 @@ def _records(cli: Cli, request: pytest.FixtureRequest) -> str:
     return url
 
 
-def _replica(serve: Callable[..., WebServer], cli: Cli, name: str, **kwargs) -> WebServer:
-    return serve(cli, env={"MA_DATA_DIR": str(cli.cwd / name)}, **kwargs)
+def _replica(
+    serve: Callable[..., WebServer], cli: Cli, name: str, env: dict[str, str] | None = None, **kwargs
+) -> WebServer:
+    return serve(cli, env={"MA_DATA_DIR": str(cli.cwd / name)} | (env or {}), **kwargs)
 
 
 def _archive(cli: Cli) -> list[str]:
@@ -184,3 +187,37 @@ def test_a_replica_killed_during_an_approval_is_finished_by_the_other_with_one_r
         e for e in cli.ok("audit", "list", "--thread", thread, "--json").json() if e["action"] == "published"
     ]
     assert len(published) == 1 and published[0]["archive_key"] == key
+
+
+def test_replicas_ten_seconds_apart_in_clock_sign_in_through_each_other(
+    cli: Cli, serve, request: pytest.FixtureRequest
+):
+    """One replica's clock is 10 s ahead of the other's (`faketime`): a sign-in page served by either,
+    posted to the other, signs in, and the session works on both. The page's cookie carries the time
+    its server signed it at, and the other allows that much skew (MA_CLOCK_SKEW, 30 s by default);
+    once, the replica behind took the cookie for one from the future and answered a CSRF 403. With
+    MA_CLOCK_SKEW=5s the same sign-in is refused, as clocks further apart than allowed should be."""
+    if shutil.which("faketime") is None:
+        pytest.skip("needs faketime (Debian's package; .ci/run installs it)")
+    _records(cli, request)
+    bob = cli.ok("approvers", "add", "bob").stdout.strip()
+    ahead = ["faketime", "-f", "+10s", *market_analyst_command()]
+
+    def sign_in(page: WebServer, post: WebServer) -> tuple[int, str]:
+        browser = FormClient(page)
+        token = browser.csrf("/login")
+        other = _on(post, browser.http.cookies["ma_session"])
+        answer = other.post("/login", data={"token": bob, "csrf_token": token})
+        return answer.status_code, answer.cookies.get("ma_session") or ""
+
+    one, two = _replica(serve, cli, "host-1", command=ahead), _replica(serve, cli, "host-2")
+    for page, post in ((one, two), (two, one)):
+        status, session = sign_in(page, post)
+        assert status == 303 and session.startswith("s."), status
+        assert _works(_on(one, session)) and _works(_on(two, session))
+
+    strict = {"MA_CLOCK_SKEW": "5s"}
+    three = _replica(serve, cli, "host-3", command=ahead, env=strict)
+    four = _replica(serve, cli, "host-4", env=strict)
+    assert sign_in(three, four)[0] == 403  # issued 10 s in this replica's future: more than allowed
+    assert sign_in(four, three)[0] == 303  # 10 s old by the replica ahead: well within a session's life

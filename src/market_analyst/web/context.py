@@ -29,7 +29,7 @@ class WebContext:
             settings=settings,
             store=gate.approvers,
             gate=gate,
-            sessions=Sessions(gate.approvers.session_secret(), gate),
+            sessions=Sessions(gate.approvers.session_secret(), gate, skew=settings.clock_skew),
         )
 
 

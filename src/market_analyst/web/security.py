@@ -24,9 +24,11 @@ import ipaddress
 import json
 import logging
 import secrets
+import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from itsdangerous import URLSafeTimedSerializer
@@ -253,11 +255,12 @@ def cookie_name(request: Request) -> str:
 class Sessions:
     """Session cookies: a signed nonce before sign-in, a session ID (looked up in `gate`) after."""
 
-    def __init__(self, secret: str, gate: Gate) -> None:
+    def __init__(self, secret: str, gate: Gate, *, skew: timedelta = timedelta(seconds=30)) -> None:
         self._secret = secret.encode()
         self._signer = URLSafeTimedSerializer(secret, salt="market-analyst-session")
         self.gate = gate
         self.lifetime = int(gate.sessions.lifetime)
+        self.skew = skew.total_seconds()
 
     def _csrf(self, nonce: str) -> str:
         return hmac.new(self._secret, f"csrf:{nonce}".encode(), hashlib.sha256).hexdigest()
@@ -273,10 +276,16 @@ class Sessions:
                 return None
             return Session(record.csrf, raw, record.name, record.token_id, record)
         try:
-            nonce = str(self._signer.loads(raw, max_age=self.lifetime))
-        except Exception:  # a bad or expired signature, or a cookie not of our making
+            loaded, issued = self._signer.loads(raw, return_timestamp=True)
+        except Exception:  # a bad signature, or a cookie not of our making
             return None
-        return Session(self._csrf(nonce), raw)
+        # Its age by the issuing server's time, which the signature carries: a replica whose clock is
+        # behind the one that served the sign-in page sees it issued in the future, by up to the skew
+        # the settings allow (MA_CLOCK_SKEW), and one ahead sees it that much older.
+        age = time.time() - issued.timestamp()
+        if not -self.skew <= age <= self.lifetime + self.skew:
+            return None
+        return Session(self._csrf(str(loaded)), raw)
 
     def fresh(self) -> Session:
         """A new session before sign-in, with a new CSRF token."""
