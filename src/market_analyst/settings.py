@@ -77,6 +77,7 @@ VARIABLES: dict[str, str] = {
     "MA_TRUSTED_PROXIES": "",
     "MA_REQUEST_TIMEOUT": "10",
     "MA_CLOCK_SKEW": "30s",
+    "MA_PUBLISH_RETRY": "30s",
 }
 # The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
 MAX_EPOCH = 253_402_300_799
@@ -186,6 +187,7 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=600, allow_inf_nan=False, validation_alias="MA_REQUEST_TIMEOUT"
     )
     clock_skew: timedelta = Field(default=timedelta(seconds=30), validation_alias="MA_CLOCK_SKEW")
+    publish_retry: timedelta = Field(default=timedelta(seconds=30), validation_alias="MA_PUBLISH_RETRY")
 
     @field_validator(
         "checkpointer",
@@ -244,7 +246,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"{address!r} is not an IP address or network such as 10.0.0.0/8") from None
         return value
 
-    @field_validator("max_draft_age", "session_idle", "session_max", "clock_skew", mode="before")
+    @field_validator(
+        "max_draft_age", "session_idle", "session_max", "clock_skew", "publish_retry", mode="before"
+    )
     @classmethod
     def _age(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -259,6 +263,13 @@ class Settings(BaseSettings):
     def _positive(cls, value: timedelta) -> timedelta:
         if value.total_seconds() < 1:
             raise ValueError("must be at least one second (a session that ends at once signs no one in)")
+        return value
+
+    @field_validator("publish_retry", mode="after")
+    @classmethod
+    def _retry(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(days=1):
+            raise ValueError("must be between 1s and 1d")
         return value
 
     @field_validator("clock_skew", mode="after")

@@ -26,7 +26,9 @@ def _age(iso: str | None, now: datetime) -> str:
 
 
 def threads(
-    pending: bool = typer.Option(False, "--pending", help="Only threads waiting for approval."),
+    pending: bool = typer.Option(
+        False, "--pending", help="Only threads waiting for approval, or approved and still to be published."
+    ),
     status: ThreadStatus | None = typer.Option(None, "--status", help="Only threads in this status."),
     user: str = typer.Option(None, "--user", help="Only threads this user started."),
     ticker: str = typer.Option(None, "--ticker", help="Only threads on this ticker."),
@@ -39,11 +41,14 @@ def threads(
 ) -> None:
     """List threads, newest update first: ticker, user, status, draft age and last update."""
     from market_analyst.workflow import list_threads
+    from market_analyst.workflow.inbox import PENDING
 
-    if pending and status not in (None, "awaiting_approval"):
-        raise UserError("--pending means --status awaiting_approval; give one of them")
-    chosen: ThreadStatus | None = "awaiting_approval" if pending else status
-    statuses: tuple[ThreadStatus, ...] = (chosen,) if chosen else ()
+    if pending and status is not None:
+        raise UserError(
+            "--pending lists the threads of --status awaiting_approval and approved_pending_publish: "
+            "give one of --pending and --status"
+        )
+    statuses: tuple[ThreadStatus, ...] = PENDING if pending else (status,) if status else ()
     settings = load_settings(checkpointer=checkpointer)
     page = list_threads(settings, statuses=statuses, user=user, ticker=ticker, limit=limit, reindex=reindex)
     now = settings.now()
@@ -54,8 +59,9 @@ def threads(
     else:
         print(f"{'thread':<38} {'ticker':<7} {'user':<16} {'status':<25} {'draft age':>9}  last update")
         for row in page.rows:
+            shown = "approved, publishing" if row.status == "approved_pending_publish" else row.status
             print(
-                f"{row.thread_id:<38} {row.ticker:<7} {row.user_id:<16} {row.status:<25} "
+                f"{row.thread_id:<38} {row.ticker:<7} {row.user_id:<16} {shown:<25} "
                 f"{_age(row.drafted_at, now):>9}  {_age(row.updated_at, now)} ago"
             )
     if page.more:

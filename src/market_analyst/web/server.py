@@ -49,7 +49,9 @@ def serve(settings: Settings, host: str, port: int) -> None:
 
     from market_analyst.web.app import create_app
     from market_analyst.web.timeouts import bounded_protocol
+    from market_analyst.workflow.finishing import Finisher
 
+    Finisher(settings).start()  # approved threads whose publication was cut short are finished
     uvicorn.run(
         create_app(settings, bind=host),
         host=host,

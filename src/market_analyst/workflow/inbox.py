@@ -13,7 +13,7 @@ from market_analyst.settings import Settings
 from market_analyst.state import validate_thread_id
 from market_analyst.workflow.graph_run import open_run
 from market_analyst.workflow.threads import checked_threads
-from market_analyst.workflow.views import ThreadView, config_for, read_history, view_of
+from market_analyst.workflow.views import ThreadStatus, ThreadView, config_for, read_history, view_of
 
 # How far back a thread's history is read for its earlier drafts (a revision adds a few checkpoints).
 HISTORY_LIMIT = 200
@@ -35,6 +35,9 @@ class PendingDraft:
     drafted_at: str | None  # when the checkpoint holding this draft was written (UTC, ISO 8601)
     approvals: int = 0  # distinct approvals of this draft so far
     approvals_needed: int = 1
+    # awaiting_approval, or approved_pending_publish: approved, its publication not finished yet (a
+    # store was away, or a process died): `serve` finishes it (workflow/finishing.py), `resume` too.
+    status: str = "awaiting_approval"
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,17 @@ class ThreadDetails:
     drafts: list[dict[str, Any]] = field(default_factory=list)
 
 
+# What the inbox lists: drafts waiting for a decision, and approved drafts whose publication has not
+# finished, which are never out of sight until they are published.
+PENDING: tuple[ThreadStatus, ...] = ("awaiting_approval", "approved_pending_publish")
+
+
 def pending_drafts(settings: Settings, limit: int = INBOX_LIMIT) -> list[PendingDraft]:
-    """The threads at the approval gate with no decision yet, newest first (from the thread index,
-    each checked against its saved state), at most `limit`."""
+    """The threads at the approval gate with no decision yet, and the approved ones still to be
+    published, newest first (from the thread index, each checked against its saved state), at most
+    `limit`."""
     with open_run(settings) as run:
-        shown, _ = checked_threads(run, ThreadQuery(statuses=("awaiting_approval",), limit=max(1, limit)))
+        shown, _ = checked_threads(run, ThreadQuery(statuses=PENDING, limit=max(1, limit)))
     views = [view for _, view in shown]  # None where the state cannot be read: left out
     return [
         PendingDraft(
@@ -63,11 +72,12 @@ def pending_drafts(settings: Settings, limit: int = INBOX_LIMIT) -> list[Pending
             confidence=view.draft["confidence"],
             revision=view.draft["revision"],
             drafted_at=view.drafted_at or view.updated_at,
-            approvals=len((view.request or {}).get("approvals") or []),
+            approvals=len((view.request or {}).get("approvals") or view.approvals or []),
             approvals_needed=int((view.request or {}).get("approvals_needed") or settings.required_approvals),
+            status=view.status,
         )
         for view in views
-        if view is not None and view.status == "awaiting_approval" and view.draft
+        if view is not None and view.status in PENDING and view.draft
     ]
 
 
