@@ -58,3 +58,17 @@ class RunStopped(Exception):
             else (f"internal error: {type(cause).__name__}: {cause}")
         )
         super().__init__(f"{reason}; thread {thread_id} is {status.replace('_', ' ')}: {how_to_continue}")
+
+
+def outage_in(exc: BaseException, errors: tuple[type[BaseException], ...]) -> bool:
+    """Whether `exc` is one of `errors` or was raised while handling one: a library that wraps a lost
+    connection in an error of its own (redisvl's `RedisSearchError` around Redis's `ConnectionError`)
+    still means that the server went away, not that the thread is unknown."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, errors):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return False

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from market_analyst.persistence.postgres.embedded import embedded_postgres_uri
@@ -221,3 +222,73 @@ def test_while_a_store_is_down_every_route_answers_503_with_retry_after_and_writ
     assert approved.json()["status"] == "published", approved.text
     decisions = [e for e in cli.ok("audit", "list", "--json").json() if e["thread_id"] == thread]
     assert [e["action"] for e in decisions].count("approved") == 1, decisions
+
+
+@pytest.mark.parametrize("outage", ["postgres", "redis"], indirect=True)
+def test_approvals_that_meet_a_store_killed_mid_burst_are_all_published_once_it_is_back(
+    outage, tmp_path: Path, serve, harness: Harness
+):
+    """Twelve approvals at once through `serve` (three approvers, one thread each), and the store
+    killed while they run: every reply is 200, 409 or 503, never a 500. Once the store is back, every
+    thread whose approval was recorded is published by the server on its own (no `resume`, no second
+    approval), once; the others still wait at the gate, with nothing recorded."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    backend, store = outage
+    env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
+    if backend == "postgres":
+        env |= {"MA_RECORDS": "postgres", "MA_MASTER_KEY": SHARED_RECORDS["MA_MASTER_KEY"]}
+    cli = Cli(env=env, cwd=tmp_path, harness=harness)
+    tokens = [cli.ok("approvers", "add", name).stdout.strip() for name in ("amy", "ben", "cal")]
+    threads = [cli.ok("analyze", "NVDA", "--user", "ann", "--json").json()["thread_id"] for _ in range(12)]
+    drafts = {t: cli.ok("status", t, "--json").json()["draft"]["draft_id"] for t in threads}
+    server = serve(cli, env={"MA_PUBLISH_RETRY": "1s"})
+    clients = [server.client(token) for token in tokens]
+    for client in clients:
+        assert client.get("/api/threads").status_code == 200  # each token verified before the outage
+
+    def approve(n: int) -> tuple[str, int, str]:
+        thread = threads[n]
+        try:
+            reply = clients[n % 3].post(f"/api/threads/{thread}/approve", json={"draft_id": drafts[thread]})
+        except httpx.TransportError as exc:  # not a reply: the test fails on it below
+            return thread, 0, repr(exc)
+        return thread, reply.status_code, reply.text[:300]
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        futures = [pool.submit(approve, n) for n in range(12)]
+        next(as_completed(futures, timeout=120))  # the store goes once the first approval is answered
+        store.crash()
+        replies = [future.result(timeout=120) for future in futures]
+    assert {code for _, code, _ in replies} <= {200, 409, 503}, replies
+    assert 503 in {code for _, code, _ in replies}, replies  # the outage met the burst
+    assert "Traceback" not in (tmp_path / "serve-0.log").read_text()
+
+    store.restart()
+    deadline = time.monotonic() + 90
+    while True:
+        statuses, keys = {}, []
+        for thread in threads:
+            found = cli.run("status", thread, "--json")
+            statuses[thread] = found.json()["status"] if found.returncode == 0 else f"exit {found.returncode}"
+            if statuses[thread] == "published":
+                keys.append(found.json()["publication"]["key"])
+        if all(s in ("published", "awaiting_approval") for s in statuses.values()):
+            break
+        unsettled = {t: s for t, s in statuses.items() if s not in ("published", "awaiting_approval")}
+        assert time.monotonic() < deadline, (unsettled, (tmp_path / "serve-0.log").read_text()[-3000:])
+        time.sleep(1)
+    for thread, code, text in replies:
+        if code == 200:
+            assert statuses[thread] == "published", (thread, text)
+    published = [t for t, s in statuses.items() if s == "published"]
+    audit = cli.ok("audit", "list", "--json").json()
+    for thread in threads:
+        actions = [e["action"] for e in audit if e["thread_id"] == thread]
+        if thread in published:
+            assert actions.count("approved") == 1 and actions.count("published") == 1, (thread, actions)
+        else:
+            assert actions == [], (thread, actions)  # a refused approval recorded nothing
+    reports = cli.ok("reports", "list", "--json").json()
+    assert sorted(r["key"] for r in reports) == sorted(keys)  # one report each, none for the others
+    assert not any(call[0] == "resume" for call in cli.calls)

@@ -14,7 +14,7 @@ from market_analyst.choices import Durability
 from market_analyst.context import Deps
 from market_analyst.decisions import Identity
 from market_analyst.deps import open_run_stores
-from market_analyst.errors import ServiceUnavailable, UserError
+from market_analyst.errors import ServiceUnavailable, UserError, outage_in
 from market_analyst.graph import graph_over
 from market_analyst.ports import CheckpointBackend
 from market_analyst.settings import Settings
@@ -57,20 +57,6 @@ class Run:
                 for node in update:
                     if not node.startswith("__"):
                         progress(f"done: {node}")
-
-
-def outage_in(exc: BaseException, errors: tuple[type[BaseException], ...]) -> bool:
-    """Whether `exc` is one of `errors` or was raised while handling one: a library that wraps a lost
-    connection in an error of its own (redisvl's `RedisSearchError` around Redis's `ConnectionError`)
-    still means that the server went away, not that the thread is unknown."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, errors):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
-    return False
 
 
 @contextmanager

@@ -75,8 +75,10 @@ def _status(
         return ("approved_pending_publish" if approved else "awaiting_approval"), next_nodes
     if not next_nodes and snapshot.tasks:
         # The tasks of the latest checkpoint finished and their writes were saved, but the process
-        # died before the next checkpoint: `next` is empty, yet `resume` applies the writes and goes on.
-        return "in_progress", [task.name for task in snapshot.tasks]
+        # died (or its store went away) before the next checkpoint: `next` is empty, yet `resume`
+        # applies the writes and goes on. The gate's writes holding an approval are that approval.
+        names = [task.name for task in snapshot.tasks]
+        return ("approved_pending_publish" if _approved_by(snapshot.tasks) else "in_progress"), names
     if next_nodes:
         return "in_progress", next_nodes
     if values.get("publication"):
@@ -162,6 +164,20 @@ def _unrevived(value: Any) -> list[str]:
     if isinstance(value, list | tuple):
         return [name for item in value for name in _unrevived(item)]
     return []
+
+
+def _approved_by(tasks: Any) -> bool:
+    """Whether the finished tasks whose writes wait for the next checkpoint passed the gate with an
+    approval: the gate's own decision, the approval `record_decision` recorded, or `publish` itself."""
+    for task in tasks:
+        written = task.result if isinstance(task.result, dict) else {}
+        if task.name == "human_review" and (written.get("decision") or {}).get("action") == "approve":
+            return True
+        if task.name == "record_decision" and (written.get("approval") or {}).get("decision") == "approved":
+            return True
+        if task.name == "publish":
+            return True
+    return False
 
 
 def submitted_decision(graph: Any, snapshot: Any) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ the lease, so a holder that stalled past its expiry stops instead of writing ove
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from langgraph.checkpoint.redis.shallow import ShallowRedisSaver
 from langgraph.checkpoint.redis.util import to_storage_safe_id, to_storage_safe_str
 from redis import exceptions as redis_errors
 
-from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError
+from market_analyst.errors import ServiceUnavailable, ThreadBusy, UserError, outage_in
 from market_analyst.persistence import CONNECT_TIMEOUT_SECONDS
 from market_analyst.persistence.checkpoints.order import followed, refuse_out_of_order
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
@@ -165,6 +166,19 @@ class _FencedWrites:
         written = super().put_writes(config, writes, *args, **kwargs)  # type: ignore[misc]
         self._keep_has_writes((config or {}).get("configurable", {}))
         return written
+
+
+class _SaidByTheCaller(logging.Filter):
+    """redisvl logs a write cut off by a lost Redis connection with its whole traceback, then raises
+    it; the command (one line, exit 69) or the server (a 503) says so already. Such a record is
+    dropped; any other error of redisvl's is logged as it was."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or not outage_in(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError))
+
+
+logging.getLogger("redisvl.index.index").addFilter(_SaidByTheCaller())
 
 
 class FencedRedisSaver(_FencedWrites, RedisSaver):
@@ -420,19 +434,29 @@ def open_redis(
             f"REDIS_URL is not a Redis URL ({description}): {reason}; use redis://[user:password@]host:6379/0"
         ) from None
     try:
-        preflight(client, description)
-        fences = _Fences(client)
-        saver_class = FencedShallowRedisSaver if shallow else FencedRedisSaver
-        saver = saver_class(redis_client=client)
-        saver.serde = StrictRedisSerializer()
-        saver.fences = fences
-        index = RedisThreadIndex(client)
-        if keyring is not None:
-            saver.keyring = keyring
-            saver.serde = SealingSerializer(saver.serde, keyring)
-            keyring.owner_of = index.owner
-        _setup(saver)
-        index.setup()
+        try:  # the server may go away after it answered the ping: the same outage, said the same way
+            preflight(client, description)
+            fences = _Fences(client)
+            saver_class = FencedShallowRedisSaver if shallow else FencedRedisSaver
+            saver = saver_class(redis_client=client)
+            saver.serde = StrictRedisSerializer()
+            saver.fences = fences
+            index = RedisThreadIndex(client)
+            if keyring is not None:
+                saver.keyring = keyring
+                saver.serde = SealingSerializer(saver.serde, keyring)
+                keyring.owner_of = index.owner
+            _setup(saver)
+            index.setup()
+        except Exception as exc:
+            if isinstance(exc, UserError | ServiceUnavailable) or not outage_in(
+                exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)
+            ):
+                raise
+            reason = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+            raise ServiceUnavailable(
+                f"cannot connect to Redis at {description}: {reason}; nothing was written; " + START_HINT
+            ) from None
         yield RedisBackend(
             saver=saver,
             client=client,
