@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from datetime import datetime
 from uuid import UUID
 
@@ -86,9 +85,11 @@ def test_a_revision_at_the_real_time_then_approvals_an_hour_and_two_hours_behind
     assert status["draft"]["revision"] == 2
 
 
-def _uuid6_at(unix_seconds: float) -> str:
-    """A checkpoint ID as LangGraph makes one, at the time given."""
-    ticks = int(unix_seconds * 10_000_000) + 0x01B21DD213814000
+def _uuid6_before(checkpoint_id: str, seconds: int) -> str:
+    """A checkpoint ID as LangGraph makes one, `seconds` before the one given."""
+    parent = UUID(checkpoint_id).int
+    ticks = ((parent >> 80) & 0xFFFFFFFFFFFF) << 12 | (parent >> 64) & 0x0FFF
+    ticks -= seconds * 10_000_000
     number = ((ticks >> 12) & 0xFFFFFFFFFFFF) << 80 | (0x6000 | ticks & 0x0FFF) << 64 | 0x8000 << 48 | 0x1234
     return str(UUID(int=number))
 
@@ -103,7 +104,7 @@ def test_a_checkpoint_that_would_sort_before_its_parent_is_refused_and_nothing_o
         saver = run.backend.saver
         latest = saver.get_tuple(config_for(thread))
         before = len(list(saver.list(config_for(thread))))
-        behind = {**latest.checkpoint, "id": _uuid6_at(time.time() - 7200)}
+        behind = {**latest.checkpoint, "id": _uuid6_before(latest.checkpoint["id"], 7200)}
         with pytest.raises(UserError) as refused:
             saver.put(latest.config, behind, latest.metadata, {})
         assert f"clock is 2:00:00 behind the last step of thread {thread}" in str(refused.value)

@@ -43,12 +43,12 @@ def threads(
     from market_analyst.workflow import list_threads
     from market_analyst.workflow.inbox import PENDING
 
-    if pending and status is not None:
+    if pending and status not in (None, *PENDING):
         raise UserError(
             "--pending lists the threads of --status awaiting_approval and approved_pending_publish: "
             "give one of --pending and --status"
         )
-    statuses: tuple[ThreadStatus, ...] = PENDING if pending else (status,) if status else ()
+    statuses: tuple[ThreadStatus, ...] = (status,) if status else PENDING if pending else ()
     settings = load_settings(checkpointer=checkpointer)
     page = list_threads(settings, statuses=statuses, user=user, ticker=ticker, limit=limit, reindex=reindex)
     now = settings.now()

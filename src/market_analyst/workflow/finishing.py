@@ -70,6 +70,14 @@ def finish_approved(settings: Settings, older_than: timedelta) -> Finished:
             _log.warning("thread %s is approved but could not be published: %s", thread_id, exc)
             done.failed.append(thread_id)
             continue
+        except Exception:  # a bug: said, and the other threads are still looked at
+            _log.exception("publishing approved thread %s failed", thread_id)
+            done.failed.append(thread_id)
+            continue
+        if not view.message.startswith("resumed"):  # another process finished it meanwhile
+            continue
+        if view.status == "awaiting_approval":  # one approval of several: back at the gate for the next
+            continue
         if view.status == "published":
             key = (view.publication or {}).get("key", "")
             _log.info(
