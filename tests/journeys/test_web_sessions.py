@@ -85,13 +85,16 @@ def test_idle_and_absolute_timeouts_end_a_session(cli: Cli, serve):
     assert not _works(thief)
 
     capped = serve(cli, env={"MA_SESSION_IDLE": "1h", "MA_SESSION_MAX": "4s"})
-    started = time.monotonic()
+    # The session starts somewhere between these two moments: younger than the time since the first
+    # while it must work, older than the time since the second when it must have ended.
+    before = time.monotonic()
     _, cookie = _signed_in(capped, token)
+    after = time.monotonic()
     thief = _copy(capped, cookie)
-    while time.monotonic() - started < 3:
+    while time.monotonic() - before < 3:
         assert _works(thief)
         time.sleep(0.5)
-    time.sleep(max(0.0, 4.5 - (time.monotonic() - started)))
+    time.sleep(max(0.0, 4.5 - (time.monotonic() - after)))
     assert not _works(thief)  # in use all along, and still ended at the absolute limit
     flags = set(thief.get("/login").headers["set-cookie"].lower().split("; "))
     assert flags >= {"httponly", "samesite=strict"}
