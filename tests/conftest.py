@@ -24,6 +24,7 @@ from tests.support.backends import checkpointer_env
 from tests.support.bounds import Bounds, add_tier_timeout, report_running, tidy_running
 from tests.support.cli import Cli, clean_environ
 from tests.support.crashkit import Harness
+from tests.support.scratch import use_scratch
 from tests.support.services import RedisServer, new_database, outer_postgres_server
 from tests.support.services import postgres_server as start_postgres_server
 from tests.support.web import WebServer
@@ -162,7 +163,9 @@ TIERS = ("unit", "conformance", "journeys", "system")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every test process bounds its tests (tests/support/bounds.py); the xdist controller runs none."""
+    """Every test process keeps its scratch files where the run does (tests/support/scratch.py) and
+    bounds its tests (tests/support/bounds.py); the xdist controller runs none."""
+    use_scratch()  # before any temporary file is made, and before the workers start
     controller = not hasattr(config, "workerinput")
     if controller and outer_postgres_server() is None:
         tidy_running()  # a whole run starts: what ended processes left is not this run's

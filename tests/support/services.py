@@ -100,7 +100,6 @@ def new_database(server_uri: str, prefix: str = "t_") -> str:
 # range only servers bind, and each port chosen is claimed with a lock file that its process holds
 # until it ends, which every test process on the machine (nested sessions too) respects.
 _PORTS = range(20000, 32000)
-_PORT_LOCKS = Path(tempfile.gettempdir()) / "market-analyst-test-ports"
 _claimed: dict[int, int] = {}  # port: its lock file's descriptor, held until released or the process ends
 
 
@@ -109,9 +108,11 @@ def free_port() -> int:
     import fcntl
     import random
 
-    _PORT_LOCKS.mkdir(exist_ok=True)
+    # In the run's scratch folder (tests/support/scratch.py), which every process of the run shares.
+    port_locks = Path(tempfile.gettempdir()) / "market-analyst-test-ports"
+    port_locks.mkdir(exist_ok=True)
     for port in random.sample(_PORTS, 200):
-        fd = os.open(_PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(port_locks / str(port), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
