@@ -495,13 +495,22 @@ class EdgeMemoryStore(BaseMemoryStore):
             PayloadSchemaType,
             UpdateOperation,
         )
+        from qdrant_edge import Memory as Placement
 
         holds = Manifest()
 
         def fill(new: Path) -> None:
+            # Both vector stores `Cold` (read through the page cache as a query needs them): the
+            # defaults read every dense vector in (`Cached`) and build the sparse index in memory
+            # from every stored vector (`Pinned`) at each opening, and a command opens the shard
+            # for each operation (see `make bench BENCH_ARGS=memory`).
             config = EdgeConfig(
-                vectors={"dense": EdgeVectorParams(size=dimension, distance=Distance.Cosine)},
-                sparse_vectors={"bm25": EdgeSparseVectorParams(modifier=Modifier.Idf)},
+                vectors={
+                    "dense": EdgeVectorParams(
+                        size=dimension, distance=Distance.Cosine, memory=Placement.Cold
+                    )
+                },
+                sparse_vectors={"bm25": EdgeSparseVectorParams(modifier=Modifier.Idf, memory=Placement.Cold)},
             )
             shard = EdgeShard.create(str(new), config)  # the write-ahead log stays on: it is the lock
             try:
