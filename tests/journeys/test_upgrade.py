@@ -401,6 +401,7 @@ def test_records_encrypt_killed_anywhere_leaves_each_thread_old_or_new_and_finis
     points += [f"at:{seconds}" for seconds in (0.05, 0.3, 0.6, 0.9, 1.2)][: 10 - len(points)]
     assert len(points) == 10
     killed = 0
+    before: dict[str, dict] | None = None
     for run, point in enumerate(points):
         env = clean_environ() | {"MA_DATA_DIR": str(tmp_path / f"data-{run}")}
         if backend == "postgres":
@@ -414,7 +415,9 @@ def test_records_encrypt_killed_anywhere_leaves_each_thread_old_or_new_and_finis
             env |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": url, "MA_LEASE_TTL_SECONDS": "1"}
         cli = Cli(env=env, cwd=tmp_path, harness=harness)
         original = _clear_by_thread(backend, url)
-        before = {t: cli.ok("status", t, "--json").json() for t in original}
+        if before is None:  # each run loads the same fixture: the first run's reading stands for all
+            before = {t: cli.ok("status", t, "--json").json() for t in original}
+        assert set(original) == set(before), point
         outcome = harness.run(["records", "encrypt"], env, kill_point=point)
         killed += outcome.killed
         after = _clear_by_thread(backend, url)

@@ -3,15 +3,18 @@
 As root, the server runs as the unprivileged system user `pgserver` (PostgreSQL refuses to run as
 root), which must reach the server's files. Rather than loosen the user's directories (the data
 directory is owner-only, and its ancestors are the user's), the server's files then live under
-`/var/lib/market-analyst/postgres/<digest of the data directory>`, and `MA_DATA_DIR/postgres` is a link
-to them. The server binaries must already be readable by others; if they are not, the command says so.
+`/var/lib/market-analyst/postgres/<a name of their own>`, and `MA_DATA_DIR/postgres` is a link to
+them. The name is new for each data directory made, not derived from its path: a data directory
+deleted and made again at the same path starts with a server of its own, never the deleted one's
+records (whose folder stays, named in its `.owner` file, until an operator deletes it). The server
+binaries must already be readable by others; if they are not, the command says so.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
+import secrets
 import shutil
 import stat
 import warnings
@@ -51,7 +54,7 @@ def _root_location(pgdata: Path) -> Path:
     files at `pgdata` itself (made before the files moved) is moved there first, never left behind."""
     if pgdata.is_symlink():
         return pgdata.resolve()
-    digest = hashlib.sha256(str(pgdata.absolute()).encode()).hexdigest()[:16]
+    digest = secrets.token_hex(8)  # the caller holds the data directory's lock: no other process makes one
     target = ROOT_SERVER_HOME / digest
     for directory in (*reversed(target.parent.parents), target.parent):
         if not directory.exists():
