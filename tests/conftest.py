@@ -25,7 +25,7 @@ from tests.support.bounds import Bounds, add_tier_timeout, report_running, tidy_
 from tests.support.cli import Cli, clean_environ
 from tests.support.crashkit import Harness
 from tests.support.scratch import use_scratch
-from tests.support.services import RedisServer, new_database, outer_postgres_server
+from tests.support.services import RedisServer, embedded_servers_since, new_database, outer_postgres_server
 from tests.support.services import postgres_server as start_postgres_server
 from tests.support.web import WebServer
 
@@ -106,6 +106,16 @@ def lasting() -> Iterator[Callable[[Hashable, Callable[[], AbstractContextManage
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
     """A fork server that has imported the package, for running many CLI commands cheaply."""
     return Harness(tmp_path_factory.mktemp("children"))
+
+
+@pytest.fixture(autouse=True)
+def _embedded_servers_stopped(tmp_path: Path) -> Iterator[None]:
+    """The embedded PostgreSQL servers that a test's commands started for data directories in its
+    `tmp_path` are stopped, and their files deleted, as the test ends (see `embedded_servers_since`):
+    nothing else would stop them, and as root their files live outside `tmp_path`."""
+    started = embedded_servers_since()
+    yield
+    started(inside=tmp_path)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from market_analyst.persistence.postgres.embedded import discard_embedded_postgres, embedded_postgres_uri
+from market_analyst.persistence.postgres.embedded import (
+    ROOT_SERVER_HOME,
+    discard_embedded_postgres,
+    embedded_postgres_uri,
+)
 from tests.support import REPO
 from tests.support.crashkit import Forked, die_with_parent
 
@@ -79,6 +83,40 @@ def with_database(uri: str, database: str) -> str:
     """`uri` pointing at another database on the same server."""
     base, _, query = uri.partition("?")
     return f"{base.rsplit('/', 1)[0]}/{database}" + (f"?{query}" if query else "")
+
+
+def embedded_servers_since() -> Callable[..., None]:
+    """Note the embedded PostgreSQL servers made so far (as root, each has a folder and an `.owner`
+    file naming its data directory under `ROOT_SERVER_HOME`); the function returned stops and
+    deletes each one made since for a data directory `inside` a folder. Not as root (the server's
+    files are then in the data directory itself), nothing is noted and nothing is done."""
+
+    def owners() -> set[str]:
+        try:
+            return {name for name in os.listdir(ROOT_SERVER_HOME) if name.endswith(".owner")}
+        except FileNotFoundError:
+            return set()
+
+    if os.geteuid() != 0:
+        return lambda inside: None
+    before = owners()
+
+    def stop(inside: Path) -> None:
+        for name in sorted(owners() - before):
+            try:
+                pgdata = Path((ROOT_SERVER_HOME / name).read_text().strip())
+            except OSError:
+                continue
+            if not (pgdata.is_relative_to(inside) and pgdata.is_symlink()):
+                continue
+            target = pgdata.resolve()
+            try:
+                discard_embedded_postgres(pgdata)
+            except Exception:  # a server the test killed leaves a stale lock file: its files go all the same
+                shutil.rmtree(target, ignore_errors=True)
+                (ROOT_SERVER_HOME / name).unlink(missing_ok=True)
+
+    return stop
 
 
 def new_database(server_uri: str, prefix: str = "t_") -> str:
