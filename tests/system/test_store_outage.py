@@ -86,23 +86,12 @@ def outage(
         store.close()
 
 
-def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path, harness: Harness):
-    backend, store = outage
-    env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
-    cli = Cli(env=env, cwd=tmp_path, harness=harness)
-    pause = tmp_path / "pause"
+def _crashed_at(node: str, store, env: dict[str, str], pause: Path, *args: str) -> tuple[int, str]:
+    """Run `market-analyst ARGS` as a process of its own that waits as `node` starts; crash the store
+    then, let the command go on, and return its exit code and stderr."""
     pause.mkdir()
     run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.crash_child",
-            f"pause-before:analyze:{pause}",
-            "analyze",
-            "NVDA",
-            "--thread-id",
-            "outage",
-        ],
+        [sys.executable, "-m", "tests.support.crash_child", f"pause-before:{node}:{pause}", *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -114,7 +103,7 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path, h
         deadline = time.monotonic() + 60
         while not (pause / "reached").exists():
             assert run.poll() is None, run.stderr.read() if run.stderr else ""
-            assert time.monotonic() < deadline, "the run never reached analyze"
+            assert time.monotonic() < deadline, f"the command never reached {node}"
             time.sleep(0.05)
         store.crash()
         (pause / "go").touch()
@@ -122,7 +111,17 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path, h
     finally:
         if run.poll() is None:
             run.kill()
-    assert run.returncode == 69, stderr  # a service was unavailable; nothing that finished was lost
+    return run.returncode, stderr
+
+
+def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path, harness: Harness):
+    backend, store = outage
+    env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
+    cli = Cli(env=env, cwd=tmp_path, harness=harness)
+    returncode, stderr = _crashed_at(
+        "analyze", store, env, tmp_path / "pause", "analyze", "NVDA", "--thread-id", "outage"
+    )
+    assert returncode == 69, stderr  # a service was unavailable; nothing that finished was lost
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert "lost the checkpointer" in stderr and "market-analyst resume outage" in stderr
     assert "nothing that finished was lost" in stderr
@@ -138,6 +137,35 @@ def test_database_killed_mid_run_then_resume_completes(outage, tmp_path: Path, h
     cli.ok("approve", "outage")
     assert cli.ok("status", "outage", "--json").json()["status"] == "published"
     assert len(list((store.data_dir / "reports").glob("*.json"))) == 1
+
+
+def test_an_approval_cut_off_before_its_report_says_it_was_recorded_and_is_published_once(
+    outage, tmp_path: Path, harness: Harness
+):
+    """The store goes away after the approval is saved and before its publication is: `approve` exits
+    69 in one line that says what was written (the approval), then what was not (the publication),
+    and how it goes on; once the store is back `resume` publishes one report, without asking for the
+    approval again (a running `serve` does it on its own: tests/system/test_finishing.py)."""
+    backend, store = outage
+    env = clean_environ() | {"MA_DATA_DIR": str(store.data_dir), "MA_LEASE_TTL_SECONDS": "2"} | store.env
+    cli = Cli(env=env, cwd=tmp_path, harness=harness)
+    cli.ok("analyze", "NVDA", "--thread-id", "cut")
+    returncode, stderr = _crashed_at(
+        "publish", store, env, tmp_path / "pause", "approve", "cut", "--user", "bob"
+    )
+    assert returncode == 69, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith("error: approval recorded; publishing did not finish: "), stderr
+    assert "a running 'market-analyst serve' publishes it on its own" in stderr, stderr
+    assert "market-analyst resume cut" in stderr, stderr
+
+    store.restart()
+    resumed = retry_while_busy(lambda: cli.run("resume", "cut", "--json"), wait=60)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.json()["status"] == "published"
+    assert len(list((store.data_dir / "reports").glob("*.json"))) == 1
+    decisions = [e for e in cli.ok("audit", "list", "--json").json() if e.get("thread_id") == "cut"]
+    assert [e["action"] for e in decisions].count("approved") == 1, decisions
 
 
 # What a browser and an approver's tool ask of `serve`, and which stores each needs: PostgreSQL holds

@@ -32,6 +32,11 @@ class Run:
     backend: CheckpointBackend
     make_deps: Callable[[], Deps]  # what builds `deps`, the first time it is read
     _deps: Deps | None = field(default=None, repr=False)
+    # Whether this run holds a final approval (saved: `record_decision` ran after the gate's
+    # checkpoint, or one saved before this run) and whether `publish` finished: what a lost store's
+    # message may say was kept.
+    approved: bool = False
+    published: bool = False
 
     @property
     def deps(self) -> Deps:
@@ -53,10 +58,15 @@ class Run:
             durability=durability or self.settings.durability,
         )
         for update in stream:
-            if progress is not None:
-                for node in update:
-                    if not node.startswith("__"):
-                        progress(f"done: {node}")
+            for node, change in update.items():
+                if node.startswith("__"):
+                    continue
+                approval = (change or {}).get("approval") if isinstance(change, dict) else None
+                if node == "record_decision" and (approval or {}).get("decision") == "approved":
+                    self.approved = True
+                self.published |= node == "publish"
+                if progress is not None:
+                    progress(f"done: {node}")
 
 
 @contextmanager
@@ -74,6 +84,7 @@ def open_run(
 
     A checkpointer that goes away mid-command becomes one `ServiceUnavailable`: what finished before
     the last checkpoint is kept, and `resume` continues from there once the server is back."""
+    run: Run | None = None
     with open_run_stores(settings, progress) as (backend, build_deps):
 
         def make_deps() -> Deps:
@@ -88,11 +99,25 @@ def open_run(
                 with backend.lease(thread_id):
                     yield run
         except Exception as exc:
-            if isinstance(exc, ServiceUnavailable | UserError) or not outage_in(exc, backend.outage_errors):
+            lost_store = not isinstance(exc, ServiceUnavailable | UserError) and outage_in(
+                exc, backend.outage_errors
+            )
+            if not (lost_store or isinstance(exc, ServiceUnavailable)):
                 raise
-            detail = " ".join(str(exc).split())[:160] or type(exc).__name__
             then = f"; continue with 'market-analyst resume {thread_id}'" if thread_id else ""
-            raise ServiceUnavailable(
-                f"lost the checkpointer at {backend.description} ({detail}); nothing that finished was lost: "
-                f"{backend.restart_hint}{then}"
-            ) from None
+            if lost_store:
+                detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+                what = f"lost the checkpointer at {backend.description} ({detail})"
+                back = backend.restart_hint
+            else:  # another store the run needs (the records database) was away
+                what = str(exc)
+                back = "when it is back"
+            if run is not None and run.approved and not run.published:
+                # What was written first: the approval is saved; its report may or may not be.
+                raise ServiceUnavailable(
+                    f"approval recorded; publishing did not finish: {what}; it will be retried ({back}): "
+                    f"a running 'market-analyst serve' publishes it on its own{then}"
+                ) from None
+            if not lost_store:
+                raise
+            raise ServiceUnavailable(f"{what}; nothing that finished was lost: {back}{then}") from None

@@ -160,6 +160,7 @@ def decide(
     with open_run(settings, thread_id, deps, progress, identity=identity) as run:
         before = decidable_view(run.graph, thread_id, action, approved_ok=action == "approve")
         if before.status == "approved_pending_publish":
+            run.approved = True  # recorded by an earlier command: this one only publishes
             return before, _remembering(
                 run, thread_id, memories, lambda: advance(run, None, thread_id, progress, durability="sync")
             )
