@@ -45,6 +45,7 @@ from market_analyst.settings import Settings
 if TYPE_CHECKING:
     from market_analyst.persistence.archive.postgres import CopyCounts as ArchiveCopy
     from market_analyst.persistence.keys.base import Keyring, KeyStore
+    from market_analyst.persistence.migrate import AuditCopy, KeyCopy
 
 __all__ = [
     "Approver",
@@ -61,8 +62,10 @@ __all__ = [
     "SignInLimits",
     "build_deps",
     "check_analyst",
-    "copy_approvals_to_records",
+    "copy_approvers_to_records",
     "copy_archive_to_records",
+    "copy_audit_to_records",
+    "copy_keys_to_records",
     "decision_policy",
     "decision_seal",
     "embedded_server",
@@ -154,19 +157,75 @@ def copy_archive_to_records(
     return copy_archive(source, target, progress=progress), source.location, target.location
 
 
-def copy_approvals_to_records(settings: Settings) -> dict[str, tuple[int, int]]:
-    """Copy the data directory's approvers (names, roles, token hashes), the session secret and the
-    audit log (entries in order, the chain verified before and after) into the records database,
-    whatever `MA_RECORDS` says, reading the files only: (copied, already present) per store."""
+def copy_approvers_to_records(settings: Settings) -> tuple[int, int]:
+    """Copy the data directory's approvers (names, roles, token hashes) and session secret into the
+    records database, whatever `MA_RECORDS` says, reading the files only: (copied, already present)."""
     from market_analyst.persistence.approvers.postgres import PostgresApproverStore
-    from market_analyst.persistence.audit.postgres import PostgresAuditLog
-    from market_analyst.persistence.migrate import copy_approvers, copy_audit
+    from market_analyst.persistence.migrate import copy_approvers
 
-    records = postgres_server(settings)
-    return {
-        "approvers": copy_approvers(ApproverStore(settings.data_dir), PostgresApproverStore(records)),
-        "audit": copy_audit(AuditLog(settings.data_dir / "audit"), PostgresAuditLog(records)),
-    }
+    return copy_approvers(ApproverStore(settings.data_dir), PostgresApproverStore(postgres_server(settings)))
+
+
+def copy_audit_to_records(settings: Settings) -> AuditCopy:
+    """Copy the data directory's audit log into the records database (entries in order, the chain
+    verified before and after), whatever `MA_RECORDS` says, reading the files only."""
+    from market_analyst.persistence.audit.postgres import PostgresAuditLog
+    from market_analyst.persistence.migrate import copy_audit
+
+    return copy_audit(AuditLog(settings.data_dir / "audit"), PostgresAuditLog(postgres_server(settings)))
+
+
+def copy_keys_to_records(settings: Settings) -> tuple[KeyCopy, str, str]:
+    """Copy the threads' data keys from the data directory into the records database, each wrapped by
+    the master key the database's hosts use (`MA_MASTER_KEY`, which a database on a server needs;
+    else the data directory's `master.key`), reading the files only: the counts, and where from and
+    to. A key the directory's master key wrapped is unwrapped and wrapped again by that one."""
+    from dataclasses import replace
+
+    from market_analyst.persistence.keys.base import (
+        MAKE_ONE,
+        MASTER_FILE,
+        MasterKey,
+        WrappedKey,
+        load_master_key,
+    )
+    from market_analyst.persistence.keys.files import FileKeyStore
+    from market_analyst.persistence.keys.postgres import PostgresKeyStore
+    from market_analyst.persistence.migrate import copy_keys
+
+    source, target = FileKeyStore(settings.data_dir / "keys"), PostgresKeyStore(postgres_server(settings))
+    configured = settings.secret("master_key")
+    masters: dict[str, MasterKey] = {}
+
+    def target_master() -> MasterKey:
+        if "target" not in masters:  # asked for only when a key is copied
+            if settings.postgres_url and not configured:
+                raise UserError(
+                    f"the threads' data keys go to {target.location}, which every host shares, so they "
+                    "are wrapped by the master key all of them will use: set MA_MASTER_KEY for the copy "
+                    f"(and on every host after the switch); {MAKE_ONE}"
+                )
+            masters["target"] = load_master_key(configured, settings.data_dir)
+        return masters["target"]
+
+    def rewrap(key: WrappedKey) -> WrappedKey:
+        wanted = target_master()
+        if key.master == wanted.fingerprint:
+            return key
+        held = [load_master_key(configured, settings.data_dir)] if configured else []
+        if (settings.data_dir / MASTER_FILE).exists():
+            held.append(load_master_key(None, settings.data_dir))
+        for master in held:
+            if master.fingerprint == key.master:
+                data_key = master.unwrap(key, source.location)
+                return replace(key, master=wanted.fingerprint, wrapped=wanted.wrap(key.key_id, data_key))
+        raise UserError(
+            f"the data key of thread {key.thread_id} in {source.location} was wrapped by a master key "
+            f"(fingerprint {key.master}) that neither MA_MASTER_KEY nor {settings.data_dir / MASTER_FILE} "
+            "is; set the MA_MASTER_KEY that wrapped it and run the copy again"
+        )
+
+    return copy_keys(source, target, rewrap), source.location, target.location
 
 
 def postgres_server(settings: Settings) -> PostgresServer:

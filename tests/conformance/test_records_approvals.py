@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import psycopg
@@ -16,7 +17,7 @@ from market_analyst.persistence.approvers.files import ApproverStore
 from market_analyst.persistence.approvers.postgres import PostgresApproverStore
 from market_analyst.persistence.audit.files import AuditLog
 from market_analyst.persistence.audit.postgres import PostgresAuditLog
-from market_analyst.persistence.migrate import copy_approvers, copy_audit
+from market_analyst.persistence.migrate import AuditCopy, copy_approvers, copy_audit
 from market_analyst.persistence.sessions.postgres import PostgresSessionStore, PostgresSignInLimits
 from market_analyst.ports import AuditEvent
 from market_analyst.settings import Settings
@@ -51,7 +52,7 @@ def test_the_file_stores_copy_into_postgres_once_and_their_tokens_keep_working(
     approvers = PostgresApproverStore(postgres_server(records_settings(postgres_url, tmp_path / "data")))
     audit = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
     assert copy_approvers(files, approvers) == (3, 0)  # two approvers and the session secret
-    assert copy_audit(log, audit) == (6, 0)
+    assert copy_audit(log, audit) == AuditCopy(6, 0)
     assert approvers.authenticate(kim).name == "kim" and approvers.authenticate(lee).role == "reviewer"
     assert approvers.session_secret() == secret
     assert [a.name for a in approvers.list()] == ["kim", "lee"]
@@ -60,9 +61,9 @@ def test_the_file_stores_copy_into_postgres_once_and_their_tokens_keep_working(
 
     # Run again: nothing new, nothing doubled; then one more entry on the file side is carried over.
     assert copy_approvers(files, approvers) == (0, 3)
-    assert copy_audit(log, audit) == (0, 6)
+    assert copy_audit(log, audit) == AuditCopy(0, 6)
     log.append(_event(9))
-    assert copy_audit(log, audit) == (1, 6) and audit.entries()[-1]["event_id"] == "e:9"
+    assert copy_audit(log, audit) == AuditCopy(1, 6) and audit.entries()[-1]["event_id"] == "e:9"
 
     # A different value on the database side is refused, and nothing of that copy is written.
     files.remove("lee")
@@ -83,6 +84,54 @@ def test_the_file_stores_copy_into_postgres_once_and_their_tokens_keep_working(
     with pytest.raises(UserError, match="does not follow the records database's last entry"):
         copy_audit(stranger, audit)
     assert audit.verify().entries == 7
+
+
+def test_a_copy_after_the_switch_carries_what_the_file_log_gained_and_names_what_it_cannot(
+    tmp_path: Path, postgres_url: str
+):
+    log = AuditLog(tmp_path / "data" / "audit")
+    for n in range(3):
+        log.append(_event(n, actor="zed" if n == 1 else "bob"))
+    audit = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
+    assert copy_audit(log, audit) == AuditCopy(3, 0)
+    # Hosts switched: the database gains entries of its own; a host still on the files adds two.
+    audit.append(_event(10))
+    log.append(_event(11))
+    log.append(_event(12))
+    assert copy_audit(log, audit) == AuditCopy(0, 3, carried=[4, 5])
+    entries = audit.entries()
+    assert [e["event_id"] for e in entries] == ["e:0", "e:1", "e:2", "e:10", "e:11", "e:12"]
+    assert entries[4]["note"] == "note 11" and entries[4]["seq"] == 5
+    assert entries[4]["copied_from"] == {"seq": 4, "hash": log.stored()[3]["hash"]}
+    assert audit.verify().problem is None and audit.verify().entries == 6
+    assert copy_audit(log, audit) == AuditCopy(0, 5)  # run again: nothing doubled
+    # An erasure made in the database since leaves its entries erased there: nothing comes back.
+    assert audit.erase_user("zed", "2026-01-05T00:00:00+00:00") == 1
+    assert copy_audit(log, audit) == AuditCopy(0, 5)
+    assert not any(e["actor"] == "zed" for e in audit.entries())
+    # One made in the file log after the copy cannot be carried as it is: named, the rest copied.
+    log.append(_event(13, actor="yan"))
+    log.erase_user("bob", "2026-01-06T00:00:00+00:00")
+    found = copy_audit(log, audit)
+    assert (found.copied, found.present, found.carried, len(found.left)) == (0, 1, [6], 5), found
+    assert "erased in the data directory after the copy" in found.left[0]
+    assert "is an erasure made after the copy" in found.left[-1]
+    assert audit.verify().problem is None
+
+
+def test_an_append_waits_its_turn_while_a_copy_holds_the_file_log(tmp_path: Path, postgres_url: str):
+    log = AuditLog(tmp_path / "data" / "audit")
+    log.append(_event(1))
+    appender = threading.Thread(target=AuditLog(log.root).append, args=(_event(2),))  # another opener
+    with log.holding():
+        appender.start()
+        appender.join(0.5)
+        assert appender.is_alive()  # waiting on the lock, not failed
+        audit = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
+        assert [e["event_id"] for e in log.stored()] == ["e:1"] and log.verify().problem is None
+    appender.join(10)
+    assert not appender.is_alive() and [e["event_id"] for e in log.stored()] == ["e:1", "e:2"]
+    assert copy_audit(log, audit) == AuditCopy(2, 0)
 
 
 def test_a_damaged_file_log_is_not_copied(tmp_path: Path, postgres_url: str):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -138,23 +140,30 @@ def test_migrate_copies_approvers_secret_and_audit_log(cli: Cli):
     cli.ok("approve", "t-audit", "--user", "bob")
     cli.ok("analyze", "MSFT", "--thread-id", "t-reject")
     cli.ok("reject", "t-reject", "--reason", "stale data")
+    cli.ok("analyze", "AAPL", "--thread-id", "t-waiting", "--user", "ann")  # approved after the switch
+    waiting = cli.ok("status", "t-waiting", "--json").json()
     files = {
         args: cli.ok(*args).stdout for args in (("approvers", "list", "--json"), ("audit", "list", "--json"))
     }
     # The secret signing the web inbox's sessions, made as `serve` makes it on first use.
     secret = open_approvers(Settings.load(environ=cli.env, dotenv=None)).session_secret()
-    before = tree_digest(cli.data_dir)
-
-    first = {
-        s["store"]: s for s in cli.ok("records", "migrate", "--to", "postgres", "--json").json()["stores"]
-    }
     entries = len(json.loads(files[("audit", "list", "--json")]))
     assert entries >= 2
-    assert (first["audit"]["copied"], first["audit"]["present"]) == (entries, 0)
-    assert (first["approvers"]["copied"], first["approvers"]["present"]) == (3, 0)  # two and the secret
-    assert (first["archive"]["copied"], first["archive"]["present"]) == (1, 0)
-    again = cli.ok("records", "migrate", "--to", "postgres")
+    before = tree_digest(cli.data_dir)
+
+    # The keys go to a database every host shares: wrapped again by the master key they will all use.
+    refused = cli.fails("records", "migrate", "--to", "postgres", "--json")
+    assert refused.returncode == 2 and "set MA_MASTER_KEY for the copy" in refused.stderr
+    copied = {s["store"]: (s["copied"], s["present"]) for s in json.loads(refused.stdout)["stores"]}
+    # The other stores were copied all the same: the two approvers and the secret, the log, the report.
+    assert copied == {"approvers": (3, 0), "audit": (entries, 0), "archive": (1, 0)}, copied
+    shared_key = {"MA_MASTER_KEY": SHARED_RECORDS["MA_MASTER_KEY"]}
+    first = cli.ok("records", "migrate", "--to", "postgres", "--json", extra_env=shared_key).json()
+    copied = {s["store"]: (s["copied"], s["present"]) for s in first["stores"]}
+    assert copied == {"approvers": (0, 3), "keys": (3, 0), "audit": (0, entries), "archive": (0, 1)}, copied
+    again = cli.ok("records", "migrate", "--to", "postgres", extra_env=shared_key)
     assert f"audit: 0 entries copied, {entries} already present" in again.stdout
+    assert "keys: 0 data keys copied, 3 already present" in again.stdout
     assert "Nothing changed" in again.stdout
     assert tree_digest(cli.data_dir) == before
 
@@ -165,6 +174,11 @@ def test_migrate_copies_approvers_secret_and_audit_log(cli: Cli):
     settings = Settings.load(environ=cli.env, dotenv=None)
     assert open_approvers(settings).authenticate(token) is not None  # the token hash came along
     assert open_approvers(settings).session_secret() == secret
+    # A thread drafted before the switch is read, approved and published after it: its key came along.
+    assert cli.ok("status", "t-audit", "--json").json()["status"] == "published"
+    assert cli.ok("status", "t-waiting", "--json").json()["request"] == waiting["request"]
+    cli.ok("approve", "t-waiting", "--user", "bob")
+    assert cli.ok("status", "t-waiting", "--json").json()["status"] == "published"
 
 
 def test_migrate_errors_are_one_line(cli: Cli, tmp_path: Path):
@@ -190,3 +204,63 @@ def test_migrate_refuses_a_session_secret_the_database_has_of_its_own(cli: Cli):
     result = cli.fails("records", "migrate", "--to", "postgres")
     assert result.returncode == 2 and "session secret of its own" in result.stderr
     assert postgres.session_secret() == database_secret  # not overwritten
+
+
+def _approve(api, thread: str) -> int:
+    draft_id = api.get(f"/api/threads/{thread}").json()["request"]["draft_id"]
+    return api.post(f"/api/threads/{thread}/approve", json={"draft_id": draft_id}).status_code
+
+
+def test_migrate_while_serve_approves_leaves_no_approval_behind_before_or_after_the_switch(cli: Cli, serve):
+    shared_key = {"MA_MASTER_KEY": SHARED_RECORDS["MA_MASTER_KEY"]}
+    token = cli.ok("approvers", "add", "bob").stdout.strip()
+    write_reports(cli.data_dir / "reports", 1500)  # so the copy lasts while the approvals run
+    tickers = ["NVDA", "MSFT", "AAPL", "AMZN", "GOOG", "META", "NFLX", "TSLA", "NVDA"]
+    with ThreadPoolExecutor(3) as pool:
+        threads = list(
+            pool.map(
+                lambda ticker: cli.ok("analyze", ticker, "--user", "ann", "--json").json()["thread_id"],
+                tickers,
+            )
+        )
+    before, during, after_copy, after_switch = threads[:1], threads[1:5], threads[5:8], threads[8:]
+    cli.ok("approve", before[0], "--user", "bob")  # the log has a history when the copy starts
+
+    # A host on the files approves while the copy runs: before it, while it holds the log, after it.
+    files_host = serve(cli)
+    api = files_host.client(token)
+    with ThreadPoolExecutor(6) as pool:
+        copy = pool.submit(cli.run, "records", "migrate", "--to", "postgres", extra_env=shared_key)
+        codes = list(pool.map(lambda thread: (time.sleep(0.3), _approve(api, thread))[1], during))
+        migrated = copy.result()
+    assert migrated.returncode == 0, migrated.stderr
+    assert codes == [200] * len(during)
+    # And after the copy ended, before the hosts switch: these are in the files only, for now.
+    assert [_approve(api, thread) for thread in after_copy] == [200] * len(after_copy)
+    files_host.stop()
+
+    # The switch: the hosts use the records database; a thread drafted before it is decided there.
+    cli.env.update(SHARED_RECORDS)
+    database_host = serve(cli)
+    assert [_approve(database_host.client(token), thread) for thread in after_switch] == [200]
+    database_host.stop()
+
+    # Run again after the switch, it copies what the files gained since the first copy.
+    again = cli.ok("records", "migrate", "--to", "postgres")
+    assert "appended after the database's own entries" in again.stdout, again.stdout
+    assert "Nothing changed" in cli.ok("records", "migrate", "--to", "postgres").stdout
+
+    assert "The audit log verifies" in cli.ok("audit", "verify").stdout
+    published = set()
+    for thread in threads:  # every approval, whichever side of the copy and of the switch
+        status = cli.ok("status", thread, "--json").json()
+        assert status["status"] == "published", (thread, status["status"])
+        actions = [
+            (e["action"], e["actor"]) for e in cli.ok("audit", "list", "--thread", thread, "--json").json()
+        ]
+        assert actions.count(("approved", "bob")) == 1 and actions.count(("published", "bob")) == 1, actions
+        shown = cli.ok("reports", "show", status["publication"]["key"], "--json").json()
+        assert shown["thread_id"] == thread
+        published.add(shown["key"])
+    listed = {r["key"] for r in cli.ok("reports", "list", "--user", "ann", "--limit", "50", "--json").json()}
+    assert published <= listed and len(published) == len(threads)

@@ -18,24 +18,34 @@ def migrate(
     to: str = typer.Option(..., "--to", help="Where to copy the records: postgres."),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Copy the approvers, the audit log and the report archive into PostgreSQL, verified; safe to
-    run again."""
+    """Copy the approvers, the threads' data keys, the audit log and the report archive into
+    PostgreSQL, verified; safe to run again, and run again after the switch it copies what the files
+    gained since."""
+    from market_analyst.errors import UserError
     from market_analyst.workflow.records import migrate_records
 
     result = migrate_records(load_settings(), to=to)
     if json_output:
-        emit_json({"changed": result.changed, "stores": [s.to_json() for s in result.stores]})
-        return
-    for s in result.stores:
-        if not s.copied + s.present:
-            print(f"{s.store}: no {s.unit} in {s.source}; nothing to copy")
-            continue
-        print(
-            f"{s.store}: {s.copied} {s.unit} copied, {s.present} already present, "
-            f"from {s.source} to {s.target}; {s.checked}"
+        emit_json(
+            {
+                "changed": result.changed,
+                "stores": [s.to_json() for s in result.stores],
+                "problems": result.problems,
+            }
         )
-    if not result.changed:
-        print("Nothing changed: the records database already held everything.")
+    else:
+        for s in result.stores:
+            if not s.copied + s.present:
+                print(f"{s.store}: no {s.unit} in {s.source}; nothing to copy")
+                continue
+            print(
+                f"{s.store}: {s.copied} {s.unit} copied, {s.present} already present, "
+                f"from {s.source} to {s.target}; {s.checked}"
+            )
+        if not result.changed and not result.problems:
+            print("Nothing changed: the records database already held everything.")
+    if result.problems:
+        raise UserError("; ".join(result.problems))
 
 
 @app.command("encrypt")

@@ -1,7 +1,9 @@
 """Copying the data directory's records into the PostgreSQL records database (`market-analyst
-records migrate --to postgres`): the archive's documents, the approvers with the session secret, and
-the audit log. Store to store, reading the files only, safe to run again, and never over a different
-value the database holds already (that is counted as a conflict, or refused, naming what differs).
+records migrate --to postgres`): the approvers with the session secret, the threads' data keys, the
+audit log and the archive's documents. Store to store, reading the files only, safe to run again
+(and run after the hosts switched, it copies what the files gained since), and never over a
+different value the database holds already (that is counted as a conflict, or refused, naming what
+differs).
 
 Sessions and failed sign-in counts are not copied: they are short-lived, and approvers sign in again.
 """
@@ -9,6 +11,7 @@ Sessions and failed sign-in counts are not copied: they are short-lived, and app
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from market_analyst.errors import UserError
@@ -18,13 +21,26 @@ from market_analyst.persistence.archive.base import ArchiveError
 from market_analyst.persistence.archive.document import parse_document
 from market_analyst.persistence.archive.files import ReportArchive
 from market_analyst.persistence.archive.postgres import CopyCounts, PostgresArchive, StoredDocument
+from market_analyst.persistence.audit.base import NotCopied
 from market_analyst.persistence.audit.files import AuditLog
 from market_analyst.persistence.audit.postgres import PostgresAuditLog
+from market_analyst.persistence.keys.base import WrappedKey
+from market_analyst.persistence.keys.files import FileKeyStore
+from market_analyst.persistence.keys.postgres import PostgresKeyStore
 
 # Documents a copy sends in one transaction: few enough that a killed copy loses little work.
 COPY_BATCH = 500
 
-__all__ = ["COPY_BATCH", "CopyCounts", "copy_approvers", "copy_archive", "copy_audit"]
+__all__ = [
+    "COPY_BATCH",
+    "AuditCopy",
+    "CopyCounts",
+    "KeyCopy",
+    "copy_approvers",
+    "copy_archive",
+    "copy_audit",
+    "copy_keys",
+]
 
 
 def copy_archive(
@@ -104,25 +120,80 @@ def copy_approvers(source: ApproverStore, target: PostgresApproverStore) -> tupl
     return copied, present
 
 
-def copy_audit(source: AuditLog, target: PostgresAuditLog) -> tuple[int, int]:
-    """Copy the audit log's entries in order, as they are stored (numbers, links, hashes): (copied,
-    present already). The source must verify first, and the target after; a target that holds
-    entries the source does not, or different ones, is refused."""
-    found = source.verify()
-    if found.problem is not None:
-        raise UserError(f"the audit log does not verify ({found.problem}); nothing was copied")
-    copied = present = 0
-    for entry in source.stored():
-        if target.append_stored(entry):
-            copied += 1
+@dataclass
+class AuditCopy:
+    """What a copy of the audit log did: entries stored as they were, held already, appended after
+    the database's own (their numbers in the source), and not copied (each named, with why)."""
+
+    copied: int = 0
+    present: int = 0
+    carried: list[int] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+
+
+def copy_audit(source: AuditLog, target: PostgresAuditLog) -> AuditCopy:
+    """Copy the audit log's entries in order, as they are stored (numbers, links, hashes), holding its
+    append lock so that it is read whole. The source must verify first, and the target after.
+
+    Run again after hosts switched to the database, the database has entries of its own after the
+    first copy's: an entry appended to the files since is then carried (appended after them, its
+    content as it was, `copied_from` naming its place in the file). A target that shares no entry
+    with the source (another log) is refused at its first entry."""
+    with source.holding():
+        found = source.verify()
+        if found.problem is not None:
+            raise UserError(f"the audit log does not verify ({found.problem}); nothing was copied")
+        entries = source.stored()
+    result = AuditCopy()
+    shared = False  # whether both logs hold an entry: carried entries need a history in common
+    for entry in entries:
+        try:
+            outcome = target.append_stored(entry, carry=shared)
+        except NotCopied as exc:
+            if not (shared or exc.held):
+                raise UserError(f"{exc}; nothing was copied") from None
+            shared = True
+            result.left.append(str(exc))
+            continue
+        shared = True
+        if outcome == "copied":
+            result.copied += 1
+        elif outcome == "present":
+            result.present += 1
         else:
-            present += 1
+            result.carried.append(int(entry["seq"]))
     after = target.verify()
     if after.problem is not None:
         raise UserError(f"the copied audit log does not verify: {after.problem}")
-    if after.entries != found.entries:
-        raise UserError(
-            f"the records database's audit log has {after.entries} entries, the data directory's "
-            f"{found.entries}: it holds entries of its own, so the two logs were not merged"
-        )
-    return copied, present
+    return result
+
+
+@dataclass
+class KeyCopy:
+    """What a copy of the data keys did: keys recorded, held already, and not copied (each named)."""
+
+    copied: int = 0
+    present: int = 0
+    left: list[str] = field(default_factory=list)
+
+
+def copy_keys(
+    source: FileKeyStore, target: PostgresKeyStore, rewrap: Callable[[WrappedKey], WrappedKey]
+) -> KeyCopy:
+    """Copy every thread's data key (and a staged one) from the data directory, reading it only,
+    wrapped as `rewrap` gives it (by the master key the database's hosts use): without its key a
+    thread's checkpoints cannot be read. A thread whose key the database holds with another ID (made
+    again there) is named, never overwritten."""
+    result = KeyCopy()
+    for digest, key in source.stored():
+        held = target.by_digest(digest)
+        if held is None:
+            held = target.put_stored(digest, rewrap(key))
+            if held.key_id == key.key_id:
+                result.copied += 1
+                continue
+        if held.key_id == key.key_id:
+            result.present += 1
+        else:
+            result.left.append(f"thread {key.thread_id} (its key there is {held.key_id}, here {key.key_id})")
+    return result

@@ -13,8 +13,10 @@ from typing import Any
 
 from market_analyst.deps import (
     compact_after_erasure,
-    copy_approvals_to_records,
+    copy_approvers_to_records,
     copy_archive_to_records,
+    copy_audit_to_records,
+    copy_keys_to_records,
     records_location,
 )
 from market_analyst.errors import UserError
@@ -45,9 +47,10 @@ class StoreCopy:
 
 @dataclass
 class RecordsMigration:
-    """What `records migrate` did, store by store."""
+    """What `records migrate` did, store by store, and what it could not copy (one line a store)."""
 
     stores: list[StoreCopy] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -60,54 +63,110 @@ def _named(items: list[str]) -> str:
     return shown + (f" and {len(items) - NAMED} more" if len(items) > NAMED else "")
 
 
+def _numbers(seqs: list[int]) -> str:
+    return _named([str(n) for n in seqs])
+
+
 def migrate_records(settings: Settings, *, to: str) -> RecordsMigration:
-    """Copy the approvers and the session secret, the audit log (its chain verified before and after)
-    and the report archive (verified byte for byte) into the records database, in that order;
-    `UserError` (one line, counts included) when the database holds something else under the same
-    name, key or operation, or a source cannot be read. Each store's copy is safe to run again."""
+    """Copy the approvers and the session secret, the threads' data keys, the audit log (its chain
+    verified before and after) and the report archive (verified byte for byte) into the records
+    database, in that order. Each store is copied whatever happened to the one before: what a store
+    could not copy (the database holds something else under the same name, key or event, or a source
+    cannot be read) is a line in `problems`, counts included. Each store's copy is safe to run again,
+    and run after hosts switched to the database, it copies what the files gained since."""
     if to not in TARGETS:
         raise UserError(f"records migrate --to {to!r}: the only target is postgres")
     result = RecordsMigration()
-    approvals = copy_approvals_to_records(settings)
     where = records_location(settings)
+    for step in (_approvers, _keys, _audit, _archive):
+        try:
+            step(settings, where, result)
+        except UserError as exc:
+            result.problems.append(str(exc))
+    return result
+
+
+def _approvers(settings: Settings, where: str, result: RecordsMigration) -> None:
+    copied, present = copy_approvers_to_records(settings)
     result.stores.append(
         StoreCopy(
             "approvers",
             "approvers and secret",
-            *approvals["approvers"],
+            copied,
+            present,
             str(settings.data_dir),
             where,
             "names, roles, token hashes and the session secret as stored",
         )
     )
-    audit_dir = str(settings.data_dir / "audit")
+
+
+def _keys(settings: Settings, where: str, result: RecordsMigration) -> None:
+    keys, source, target = copy_keys_to_records(settings)
     result.stores.append(
-        StoreCopy("audit", "entries", *approvals["audit"], audit_dir, where, "the chain verifies, in order")
+        StoreCopy(
+            "keys",
+            "data keys",
+            keys.copied,
+            keys.present,
+            source,
+            target,
+            "each wrapped by the hosts' master key",
+        )
     )
+    if keys.left:
+        result.problems.append(
+            f"keys: {len(keys.left)} threads have another data key in {target} ({_named(keys.left)}); "
+            "theirs was kept: the thread was made again there"
+        )
+
+
+def _audit(settings: Settings, where: str, result: RecordsMigration) -> None:
+    audit = copy_audit_to_records(settings)
+    checked = "the chain verifies, in order"
+    if audit.carried:
+        checked += (
+            f"; {len(audit.carried)} appended after the database's own entries "
+            f"(entries {_numbers(audit.carried)} of the file, named in copied_from)"
+        )
+    source = str(settings.data_dir / "audit")
+    result.stores.append(
+        StoreCopy(
+            "audit", "entries", audit.copied + len(audit.carried), audit.present, source, where, checked
+        )
+    )
+    if audit.left:
+        result.problems.append(
+            f"audit: {len(audit.left)} entries of {source} were not copied ({_named(audit.left)}); "
+            "the others were"
+        )
+
+
+def _archive(settings: Settings, where: str, result: RecordsMigration) -> None:
     counts, source, target = copy_archive_to_records(settings)
     done = f"{counts.copied} copied, {counts.present} already present"
     if counts.conflicts:
-        raise UserError(
+        result.problems.append(
             f"archive: {len(counts.conflicts)} reports in {source} differ from those {target} holds under "
             f"the same key or operation ({_named(counts.conflicts)}); nothing was overwritten ({done})"
         )
     if counts.unreadable:
-        raise UserError(
+        result.problems.append(
             f"archive: {len(counts.unreadable)} documents in {source} could not be copied "
             f"({_named(counts.unreadable)}); the others were ({done})"
         )
-    result.stores.append(
-        StoreCopy(
-            "archive",
-            "reports",
-            counts.copied,
-            counts.present,
-            source,
-            target,
-            "every one identical byte for byte",
+    if not counts.conflicts and not counts.unreadable:
+        result.stores.append(
+            StoreCopy(
+                "archive",
+                "reports",
+                counts.copied,
+                counts.present,
+                source,
+                target,
+                "every one identical byte for byte",
+            )
         )
-    )
-    return result
 
 
 @dataclass

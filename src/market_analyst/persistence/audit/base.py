@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict
 from typing import Any
 
+from market_analyst.errors import UserError
 from market_analyst.ports import AuditEvent, Verification
 
 GENESIS = "0" * 64
@@ -205,6 +206,45 @@ def next_entry(event: AuditEvent, last: dict[str, Any] | None) -> dict[str, Any]
     }
     entry["hash"] = entry_hash(entry)
     return entry
+
+
+class NotCopied(UserError):
+    """An entry of another log that this one cannot take as it is; the message names it. `held`: this
+    log holds the same event (with other content), so the two logs share that history."""
+
+    def __init__(self, message: str, *, held: bool = False) -> None:
+        super().__init__(message)
+        self.held = held
+
+
+# The fields that place an entry in its chain, which a carried copy gets anew.
+_PLACE = ("seq", "prev", "hash", "copied_from")
+
+
+def same_event(held: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether `held`, an entry of this log, is `entry` of another log: stored as it was, or carried
+    (`copied_from` names it), or with its personal content erased here since."""
+    rest = [{k: v for k, v in e.items() if k not in (*_PLACE, "personal")} for e in (held, entry)]
+    if rest[0] != rest[1]:
+        return False
+    if "copied_from" in held:
+        placed = held["copied_from"] == {"seq": entry.get("seq"), "hash": entry.get("hash")}
+    else:
+        placed = all(held.get(k) == entry.get(k) for k in ("seq", "prev", "hash"))
+    return placed and held.get("personal") in (entry.get("personal"), {"erased": True})
+
+
+def carried_entry(entry: dict[str, Any], last: dict[str, Any] | None) -> dict[str, Any]:
+    """`entry` of another log as the entry that follows `last` here: its content as it was, and
+    `copied_from` naming its number and hash there."""
+    carried = {
+        "seq": (int(last["seq"]) + 1) if last else 1,
+        **{k: v for k, v in entry.items() if k not in _PLACE},
+        "copied_from": {"seq": entry.get("seq"), "hash": entry.get("hash")},
+        "prev": str(last["hash"]) if last else GENESIS,
+    }
+    carried["hash"] = entry_hash(carried)
+    return carried
 
 
 def canonical(entry: dict[str, Any]) -> str:

@@ -37,6 +37,7 @@ class AuditLog(AuditChain):
         self.root = root
         self.path = root / "audit.jsonl"
         self.head_path = root / "audit.head"
+        self._held = False  # within `holding`
 
     # -- the file ---------------------------------------------------------------------------------
 
@@ -48,6 +49,20 @@ class AuditLog(AuditChain):
             lambda exc: UserError(f"cannot open the audit log in {self.root}: {exc.strerror or exc}"),
         ):
             yield
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold the append lock for the block, so that no entry is appended meanwhile (a copy reads
+        one whole log); appenders wait their turn. A log that does not exist yet is not made."""
+        if not self.root.is_dir():
+            yield
+            return
+        with self._locked():
+            self._held = True  # this process's own reads no longer take the lock (flock would wait on it)
+            try:
+                yield
+            finally:
+                self._held = False
 
     def _read(self) -> tuple[list[bytes], bytes]:
         """The log's entries, one a line, and what follows them that is not one: the part of an entry
@@ -227,7 +242,7 @@ class AuditLog(AuditChain):
         if not self.root.exists():
             return [], None
         with contextlib.ExitStack() as held:
-            if self.root.is_dir():
+            if self.root.is_dir() and not self._held:
                 with contextlib.suppress(OSError):
                     held.enter_context(exclusive_lock(self.root / ".audit.lock"))
             return list(enumerate(self._lines(), start=1)), self._head()

@@ -14,7 +14,16 @@ import json
 from typing import Any
 
 from market_analyst.errors import UserError
-from market_analyst.persistence.audit.base import GENESIS, AuditChain, canonical, erase, next_entry
+from market_analyst.persistence.audit.base import (
+    GENESIS,
+    AuditChain,
+    NotCopied,
+    canonical,
+    carried_entry,
+    erase,
+    next_entry,
+    same_event,
+)
 from market_analyst.persistence.postgres.records import RecordsTables
 from market_analyst.persistence.postgres.server import PostgresServer
 from market_analyst.ports import AuditEvent
@@ -85,29 +94,53 @@ class PostgresAuditLog(AuditChain):
             self._insert(cur, entry)
         return entry
 
-    def append_stored(self, entry: dict[str, Any]) -> bool:
-        """Append an entry another log stored (a copy keeps its number, links and hashes as they are):
-        True when appended, False when the log holds it already. It must follow the log's last entry."""
+    def append_stored(self, entry: dict[str, Any], *, carry: bool = False) -> str:
+        """Append an entry another log stored: "copied" when it follows the log's last entry (it keeps
+        its number, links and hashes), "present" when the log holds that event already (as it was, as
+        carried, or with its personal content erased here since). With `carry`, an entry that does not
+        follow (this log has entries of its own since the copy) is appended after them, its content as
+        it was and `copied_from` naming where it stood: "carried". Otherwise, and for an erasure or an
+        entry erased at the source (which would not verify here), `NotCopied` names it."""
         with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
             last = self._lock_head(cur)
-            cur.execute("SELECT body FROM ma_audit_entries WHERE event_id = %s", (entry.get("event_id"),))
+            cur.execute(
+                "SELECT seq, body FROM ma_audit_entries WHERE event_id = %s", (entry.get("event_id"),)
+            )
             found = cur.fetchone()
             if found is not None:
-                if found["body"] != canonical(entry):
-                    raise UserError(
-                        f"audit entry {entry.get('seq')} ({entry.get('event_id')}) differs from the one the "
-                        "records database holds under that event; nothing more was copied"
+                if found["body"] == canonical(entry) or same_event(
+                    self._parse(found["body"], found["seq"]), entry
+                ):
+                    return "present"
+                name = f"audit entry {entry.get('seq')} ({entry.get('event_id')})"
+                if entry.get("personal") == {"erased": True}:
+                    raise NotCopied(
+                        f"{name} was erased in the data directory after the copy, and not in the records "
+                        f"database (entry {found['seq']}): run the same forget there",
+                        held=True,
                     )
-                return False
+                raise NotCopied(
+                    f"{name} differs from entry {found['seq']}, which the records database holds under "
+                    "that event",
+                    held=True,
+                )
             expected = (last["seq"] + 1) if last else 1
             link = last["hash"] if last else GENESIS
-            if entry.get("seq") != expected or entry.get("prev") != link:
-                raise UserError(
+            if entry.get("seq") == expected and entry.get("prev") == link:
+                self._insert(cur, entry)
+                return "copied"
+            if not carry:
+                raise NotCopied(
                     f"audit entry {entry.get('seq')} does not follow the records database's last entry "
-                    f"({expected - 1}); nothing more was copied"
+                    f"({expected - 1})"
                 )
-            self._insert(cur, entry)
-        return True
+            if entry.get("action") == "erased" or entry.get("personal") == {"erased": True}:
+                raise NotCopied(
+                    f"audit entry {entry.get('seq')} ({entry.get('event_id')}) is an erasure made after the "
+                    "copy, which the records database's chain cannot take as it is"
+                )
+            self._insert(cur, carried_entry(entry, last))
+        return "carried"
 
     def erase_user(self, user_id: str, at: str) -> int:
         """Replace `user_id`'s personal content in every entry with an erasure marker and record the

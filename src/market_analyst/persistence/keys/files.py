@@ -68,6 +68,14 @@ class FileKeyStore:
         found = [self._read(path) for path in sorted(self.root.glob("*.json"))]
         return [key for key in found if key is not None]
 
+    def stored(self) -> list[tuple[str, WrappedKey]]:
+        """Every stored key with the name it is stored under (a thread's digest, or its staged
+        digest): what a copy carries over. Reads only."""
+        if not self.root.is_dir():
+            return []
+        found = [(path.stem, self._read(path)) for path in sorted(self.root.glob("[!.]*.json"))]
+        return [(digest, key) for digest, key in found if key is not None]
+
     def _unlink(self, paths: list[Path]) -> int:
         gone = 0
         for path in paths:

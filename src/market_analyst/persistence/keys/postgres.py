@@ -66,6 +66,21 @@ class PostgresKeyStore:
             raise UserError(f"thread {key.thread_id} was erased while it was being written")
         return _key(row)
 
+    def put_stored(self, digest: str, key: WrappedKey) -> WrappedKey:
+        """Record `key` under `digest` (a thread's, or its staged one) as another store held it,
+        unless a key is recorded there already: the key recorded there now."""
+        with self.tables.connect() as conn, conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {TABLE} (digest, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (digest, key.key_id, key.thread_id, key.owner, key.master, key.wrapped, key.created_at),
+            )
+            cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE digest = %s", (digest,))
+            row = cur.fetchone()
+        if row is None:
+            raise UserError(f"the data key of thread {key.thread_id} was erased while it was being copied")
+        return _key(row)
+
     def keys(self) -> list[WrappedKey]:
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} ORDER BY digest")
