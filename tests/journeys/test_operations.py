@@ -532,3 +532,44 @@ def test_forget_including_said_by_with_a_thread_busy_erases_nothing_until_run_ag
     assert busy in done["said_by"]["threads"] and done["said_by"]["memories"] == 1
     for shown in (cli.ok("status", busy, "--json"), cli.ok("history", thread, "--json")):
         assert words not in shown.stdout
+
+
+STORM = 20
+
+
+def test_twenty_approvals_at_once_with_prune_and_forget_beside_them_all_exit_0(cli: Cli):
+    """The storm: twenty `approve` processes at once, with `prune` (finished threads and every memory)
+    and `forget` of another user running beside them, all on the embedded memory store that admits one
+    process at a time. Every approval exits 0 (waiting its turn where it must), each publishes one
+    report, and the audit log holds each approval once and verifies."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cli.ok("remember", "watch the export licences", "--user", "ann", "--ticker", "NVDA")
+    cli.ok("remember", "prefers dividends", "--user", "dora")
+    dora = [cli.ok("analyze", t, "--user", "dora", "--json").json()["thread_id"] for t in ("MSFT", "AAPL")]
+    cli.ok("approve", dora[0], "--user", "rev", "--note", "fine for dora")
+    tickers = ["NVDA", "MSFT", "AAPL", "AMZN", "GOOG"] * (STORM // 5)
+    with ThreadPoolExecutor(3) as pool:
+        threads = list(
+            pool.map(lambda t: cli.ok("analyze", t, "--user", "ann", "--json").json()["thread_id"], tickers)
+        )
+    commands = [("approve", thread, "--user", "rev", "--note", f"ok {n}") for n, thread in enumerate(threads)]
+    commands.insert(STORM // 3, ("prune", "--finished-before", "0d", "--memories-older-than", "0d", "--yes"))
+    commands.insert(2 * STORM // 3, ("forget", "--user", "dora", "--yes"))
+    with ThreadPoolExecutor(len(commands)) as pool:
+        results = list(pool.map(lambda args: cli.run(*args, timeout=240), commands))
+    failed = [
+        (args[:2], r.returncode, r.stderr[-300:])
+        for args, r in zip(commands, results, strict=True)
+        if r.returncode
+    ]
+    assert not failed, failed
+
+    entries = cli.ok("audit", "list", "--json").json()
+    for thread in threads:
+        actions = [e["action"] for e in entries if e.get("thread_id") == thread]
+        assert actions.count("approved") == 1 and actions.count("published") == 1, (thread, actions)
+    reports = cli.ok("reports", "list", "--user", "ann", "--limit", "50", "--json").json()
+    assert len(reports) == STORM  # one each; pruned or not, a report stays archived
+    assert "The audit log verifies" in cli.ok("audit", "verify").stdout
+    assert not cli.ok("reports", "list", "--user", "dora", "--json").json()  # forgotten

@@ -176,23 +176,43 @@ def catch_up(run: Run, store: MemoryStore) -> Delivery:
     return deliver(run, store)
 
 
-def before_erasing(run: Run, store: MemoryStore, command: str) -> None:
+# How long an erasure waits for threads that other commands are advancing to copy their memories:
+# each such command copies them as it ends, within a second or two.
+ERASURE_WAIT_SECONDS = 30.0
+
+
+def before_erasing(run: Run, store: MemoryStore, command: str, *, wait: float = ERASURE_WAIT_SECONDS) -> None:
     """Copy what waits into the store before an erasure, so that the erasure reaches it too (and a
     memory erased now is never copied in afterwards); `UserError` when some of it cannot be copied,
     or when the store fails its full check (an erasure never starts on a damaged store: not in the
-    threads that quote a memory, not in the store)."""
+    threads that quote a memory, not in the store). Threads that other commands are advancing (their
+    command copies their memories as it ends) are waited for in turn, up to `wait` seconds, saying so
+    on the log once."""
     store.verify()
-    done = catch_up(run, store)
-    if done.waiting:
-        raise UserError(
-            f"the memories of {len(done.waiting)} thread(s) wait for the memory store ({done.why}); "
-            f"nothing was erased: run {command} again when the store is free"
-        )
-    if done.busy:  # their command copies their memories when it ends, perhaps after this erasure
-        raise UserError(
-            f"thread(s) {', '.join(done.busy)} are being advanced and their memories wait for the store; "
-            f"nothing was erased: run {command} again when they end"
-        )
+    deadline = time.monotonic() + wait
+    pause = 0.1
+    said = False
+    while True:
+        done = catch_up(run, store)
+        if done.waiting:
+            raise UserError(
+                f"the memories of {len(done.waiting)} thread(s) wait for the memory store ({done.why}); "
+                f"nothing was erased: run {command} again when the store is free"
+            )
+        if not done.busy:
+            return
+        if time.monotonic() >= deadline:  # their command copies them when it ends, perhaps after this
+            raise UserError(
+                f"thread(s) {', '.join(done.busy)} are being advanced and their memories wait for the "
+                f"store (waited {wait:g} s); nothing was erased: run {command} again when they end"
+            )
+        if not said:
+            _log.warning(
+                "%s waits for %d thread(s) being advanced to copy their memories", command, len(done.busy)
+            )
+            said = True
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def sync_memories(
