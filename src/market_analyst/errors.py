@@ -57,7 +57,13 @@ class RunStopped(Exception):
             if isinstance(cause, UserError | ServiceUnavailable)
             else (f"internal error: {type(cause).__name__}: {cause}")
         )
-        super().__init__(f"{reason}; thread {thread_id} is {status.replace('_', ' ')}: {how_to_continue}")
+        # What was written comes first: an approval that stands, though its report is not out yet.
+        first = (
+            "approval recorded; publishing did not finish: " if status == "approved_pending_publish" else ""
+        )
+        super().__init__(
+            f"{first}{reason}; thread {thread_id} is {status.replace('_', ' ')}: {how_to_continue}"
+        )
 
 
 def outage_in(exc: BaseException, errors: tuple[type[BaseException], ...]) -> bool:

@@ -222,6 +222,32 @@ def test_the_strict_serializer_revives_messages_and_imports_no_other_name():
     assert [(e["kind"], e["name"]) for e in blocked] == [("msgpack_blocked", "Planted")] * 2
 
 
+def test_a_failed_nodes_error_write_is_kept_as_its_text_and_an_older_envelope_still_loads():
+    """LangGraph saves a failed node's exception in the checkpoint: it is kept as its text (as msgpack
+    keeps it on PostgreSQL), not as an envelope that strict loading refuses; the envelope an earlier
+    release wrote for an error of Python's or of this program's loads as the error's name, and any
+    other class's envelope is still refused."""
+    from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
+
+    from market_analyst.errors import ServiceUnavailable
+    from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
+
+    serde, blocked = StrictRedisSerializer(), []
+    unregister = register_serde_event_listener(blocked.append)
+    try:
+        error = ServiceUnavailable("the records database is away")
+        assert serde.loads_typed(serde.dumps_typed(error)) == repr(error)
+        for module, name in (("market_analyst.errors", "ServiceUnavailable"), ("builtins", "OSError")):
+            envelope = {"lc": 2, "type": "constructor", "id": [*module.split("."), name], "kwargs": {}}
+            assert serde._revive_if_needed(envelope) == f"{name}()"
+        for names in (["os", "system"], ["market_analyst", "errors", "not_a_class"], ["builtins", "print"]):
+            envelope = {"lc": 2, "type": "constructor", "id": names, "kwargs": {}}
+            assert serde._revive_if_needed(envelope) == envelope
+    finally:
+        unregister()
+    assert [e["name"] for e in blocked] == ["system", "not_a_class", "print"]
+
+
 def test_a_checkpoint_saved_while_its_writes_are_stored_keeps_them(tmp_path: Path, redis_url: str):
     """With `MA_DURABILITY=exit`, LangGraph stores a run's last checkpoint and the gate's request (a
     pending write) at once, from two threads. Here the checkpoint lands in the middle of the writes'

@@ -18,7 +18,7 @@ import pytest
 
 from market_analyst.persistence.postgres.embedded import embedded_postgres_uri
 from tests.support import REPO, SHARED_RECORDS
-from tests.support.cli import Cli, clean_environ
+from tests.support.cli import Cli, clean_environ, unique_id
 from tests.support.crashkit import Harness
 from tests.support.retry import retry_while_busy
 from tests.support.services import RedisServer, discard_embedded_postgres
@@ -166,6 +166,42 @@ def test_an_approval_cut_off_before_its_report_says_it_was_recorded_and_is_publi
     assert len(list((store.data_dir / "reports").glob("*.json"))) == 1
     decisions = [e for e in cli.ok("audit", "list", "--json").json() if e.get("thread_id") == "cut"]
     assert [e["action"] for e in decisions].count("approved") == 1, decisions
+
+
+def test_an_approval_whose_records_database_goes_before_its_report_says_it_was_recorded(
+    tmp_path: Path, harness: Harness, redis_url: str
+):
+    """The checkpoints on Redis stay; the records database (audit log, archive) is crashed once the
+    approval is recorded and before its report is archived: `approve` exits 69 in one line that says
+    the approval was recorded, then what did not finish, and how it goes on; with the database back,
+    `resume` publishes one report and the audit log holds one approval."""
+    store = PostgresOutage(embedded=False)
+    try:
+        env = clean_environ() | store.env | SHARED_RECORDS | {"MA_DATA_DIR": str(store.data_dir)}
+        env |= {"MA_CHECKPOINTER": "redis", "REDIS_URL": redis_url, "MA_LEASE_TTL_SECONDS": "2"}
+        cli = Cli(env=env, cwd=tmp_path, harness=harness)
+        thread = unique_id("records-cut")
+        cli.ok("analyze", "NVDA", "--thread-id", thread)
+        returncode, stderr = _crashed_at(
+            "publish", store, env, tmp_path / "pause", "approve", thread, "--user", "bob"
+        )
+        assert returncode == 69, stderr
+        assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+        assert stderr.startswith("error: approval recorded; publishing did not finish: "), stderr
+        assert f"thread {thread} is approved pending publish" in stderr, stderr
+        assert "a running 'market-analyst serve' publishes it on its own" in stderr, stderr
+        assert f"market-analyst resume {thread}" in stderr, stderr
+
+        store.restart()
+        resumed = retry_while_busy(lambda: cli.run("resume", thread, "--json"), wait=60)
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.json()["status"] == "published"
+        key = resumed.json()["publication"]["key"]
+        assert [r["key"] for r in cli.ok("reports", "list", "--json").json()] == [key]  # one report
+        decisions = [e["action"] for e in cli.ok("audit", "list", "--thread", thread, "--json").json()]
+        assert decisions == ["approved", "published"], decisions
+    finally:
+        store.close()
 
 
 # What a browser and an approver's tool ask of `serve`, and which stores each needs: PostgreSQL holds

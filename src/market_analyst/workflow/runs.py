@@ -18,7 +18,7 @@ from market_analyst.choices import Durability
 from market_analyst.context import Deps
 from market_analyst.decisions import Action, DecisionRefused, DecisionRequest, Identity, validated
 from market_analyst.deps import build_deps, check_analyst
-from market_analyst.errors import RunStopped, StaleDraft, UserError
+from market_analyst.errors import RunStopped, ServiceUnavailable, StaleDraft, UserError
 from market_analyst.formatting import describe_age
 from market_analyst.graph import LEGACY_GATE
 from market_analyst.nodes.publish import erased_quotes, erased_refusal
@@ -55,9 +55,25 @@ def advance(
             raise  # open_run says the store went away, and what was kept
         with contextlib.suppress(Exception):  # where the thread stands, as far as the store can say
             record(run, thread_id)
+        retried = "it will be retried: a running 'market-analyst serve' publishes it on its own; "
         try:
             view = view_of(run.graph, thread_id)
-        except Exception:  # the store is in doubt too: say what is certain
+        except Exception as unread:  # the thread cannot be read now: say what is certain
+            if run.approved and not run.published:  # this run recorded an approval: it stands
+                raise RunStopped(
+                    thread_id,
+                    "approved_pending_publish",
+                    exc,
+                    f"{retried}continue with 'market-analyst resume {thread_id}'",
+                ) from exc
+            if isinstance(unread, ServiceUnavailable) or outage_in(unread, run.backend.outage_errors):
+                raise RunStopped(
+                    thread_id,
+                    "not readable while it is away",
+                    exc,
+                    f"what finished was kept; continue with 'market-analyst resume {thread_id}' once "
+                    "it is back",
+                ) from exc
             view = None
         if view is None:
             raise RunStopped(
@@ -68,11 +84,12 @@ def advance(
                 f"'market-analyst analyze {ticker} --thread-id {thread_id}'",
             ) from exc
         where = f" (next: {', '.join(view.next)})" if view.next else ""
+        then = retried if view.status == "approved_pending_publish" else ""
         raise RunStopped(
             thread_id,
             view.status,
             exc,
-            f"nothing that finished was lost{where}; continue with 'market-analyst resume {thread_id}'",
+            f"nothing that finished was lost{where}; {then}continue with 'market-analyst resume {thread_id}'",
         ) from exc
     return view if view is not None else require_view(run.graph, thread_id)
 
