@@ -273,8 +273,11 @@ def test_a_draft_older_than_the_limit_is_refused_without_allow_stale(cli: Cli):
 
 @both_backends
 def test_a_checkpoint_holding_a_type_outside_the_allow_list_is_refused(cli: Cli):
+    from langchain_core.messages import AIMessage
+
     from market_analyst.deps import build_deps, open_checkpointer
     from market_analyst.graph import build_graph
+    from market_analyst.persistence.checkpoints.sealing import SealingSerializer
     from market_analyst.settings import Settings
     from market_analyst.workflow.views import config_for
     from tests.support.planted import Planted, PlantedTime
@@ -283,14 +286,24 @@ def test_a_checkpoint_holding_a_type_outside_the_allow_list_is_refused(cli: Cli)
     thread = cli.ok("analyze", "NVDA", "--user", user, "--json").json()["thread_id"]
     other = cli.ok("analyze", "MSFT", "--user", user, "--json").json()["thread_id"]
     timed = cli.ok("analyze", "TSLA", "--user", user, "--json").json()["thread_id"]
+    turns = cli.ok("analyze", "AAPL", "--user", user, "--json").json()["thread_id"]
     cli.ok("status", thread)  # ordinary runs load under strict deserialisation
     settings = Settings.load(environ=cli.env, dotenv=None)
     with open_checkpointer(settings) as backend:
         graph = build_graph(checkpointer=backend.saver)
+        # Bound to the graph, the saver takes the graph's list through LangGraph's own protocol, and
+        # still seals what it writes.
+        bound = graph._apply_checkpointer_allowlist(backend.saver)
+        assert type(bound.serde) is SealingSerializer and bound.serde.keyring is backend.saver.serde.keyring
+        assert graph._serde_allowlist and bound.serde.inner._allowed_msgpack_modules >= graph._serde_allowlist
         config = {"configurable": {"thread_id": thread}}
         graph.update_state(config, {"question": Planted("rm -rf /")})  # written through the saver
         graph.update_state(config_for(timed), {"question": PlantedTime(2025, 2, 14)})
+        # A type the graph's own allow-list names (the LLM analyst's turns) is stored and loads.
+        graph.update_state(config_for(turns), {"messages": [AIMessage(content="an earlier turn", id="m1")]})
         build_deps(settings)
+    cli.ok("status", turns)
+    cli.ok("history", turns)  # every checkpoint of it read
     refused = cli.fails("status", thread)
     assert refused.returncode == 2 and "tests.support.planted.Planted" in refused.stderr
     assert "refused rather than read wrongly" in refused.stderr
@@ -299,14 +312,14 @@ def test_a_checkpoint_holding_a_type_outside_the_allow_list_is_refused(cli: Cli)
     assert "tests.support.planted.Planted" in cli.fails("history", thread).stderr  # every checkpoint read
     # one unreadable thread does not take the listings down with it
     listed = {row["thread_id"] for row in cli.ok("threads", "--user", user, "--json").json()}
-    assert listed == {thread, other, timed}
+    assert listed == {thread, other, timed, turns}
     from market_analyst.workflow.inbox import pending_drafts
 
     assert thread not in {d.thread_id for d in pending_drafts(settings)}
     assert other in {d.thread_id for d in pending_drafts(settings)}
     # and forgetting its user erases it all the same
     forgotten = cli.ok("forget", "--user", user, "--yes", "--json").json()
-    assert sorted(forgotten["threads"]) == sorted([thread, other, timed])
+    assert sorted(forgotten["threads"]) == sorted([thread, other, timed, turns])
     assert "unknown thread" in cli.fails("status", thread).stderr
 
 

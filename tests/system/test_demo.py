@@ -48,6 +48,8 @@ def test_make_demo_publishes_one_report_and_says_what_to_do_next(tmp_path: Path)
     try:
         result = run_make("demo", env=env, timeout=300)
         assert "approve it from a second process" in result.stdout
+        assert "INFO:" not in result.stdout + result.stderr  # no library's chatter (the embedded server's)
+        assert "msgpack allowlist" not in result.stdout + result.stderr
         assert not _readme_lines_not_printed(result.stdout, data_dir)  # the README shows real output
         [path] = list((data_dir / "reports").glob("*.json"))
         document = json.loads(path.read_text())

@@ -94,6 +94,7 @@ def test_the_page_sdk_calls_publish_one_report_and_a_second_resume_publishes_not
     assert client.threads.get_history(thread, limit=100) == history  # no new checkpoint
     assert server.report_keys() == keys and len(server.reports_of(thread)) == 1
     assert server.audit_of(thread) == audit
+    assert "msgpack allowlist" not in server.log.read_text()  # no false security warning
 
 
 def test_the_page_curl_commands_publish_one_report(server: DevServer):

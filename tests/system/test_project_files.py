@@ -290,6 +290,10 @@ def test_make_bench_runs_each_section(section: str):
     for line in BENCH_LINES[section]:
         assert line in result.stdout, (line, result.stdout[-3000:])
     assert re.findall(r"^([a-z][a-z-]*): ", result.stdout, re.M) == [section], result.stdout[-3000:]
+    # No library's INFO chatter (the embedded PostgreSQL's start-up, once an import set up logging), and
+    # no warning that strict deserialisation is off (the savers take the graph's allow-list).
+    assert "INFO:" not in result.stdout + result.stderr, (result.stdout + result.stderr)[-3000:]
+    assert "msgpack allowlist" not in result.stdout + result.stderr, (result.stdout + result.stderr)[-3000:]
 
 
 def test_make_flaky_counts_every_run_and_names_the_test_that_failed_in_one(tmp_path: Path):

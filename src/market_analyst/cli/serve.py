@@ -35,7 +35,7 @@ def serve(
     ),
 ) -> None:
     """Serve the approval inbox and its JSON API until interrupted."""
-    from market_analyst.web.server import check_binding, warm_up
+    from market_analyst.web.server import check_binding, log_to_stderr, warm_up
     from market_analyst.web.server import serve as run_server
     from market_analyst.workflow.replicas import sharing_notes
 
@@ -66,6 +66,7 @@ def serve(
         print(f"note: {note}", file=sys.stderr)
     if count == 0:
         print("No approvers yet: add one with 'market-analyst approvers add NAME'.", file=sys.stderr)
+    log_to_stderr()
     for store, problem in warm_up(settings).items():
         print(f"warning: {store}: {problem}", file=sys.stderr)
     run_server(settings, host, port)

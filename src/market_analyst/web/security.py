@@ -155,6 +155,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
+        started = time.monotonic()
         self._forwarded(scope)
         https = scope.get("scheme") == "https"
         sent: dict[str, Any] = {"status": None}
@@ -205,7 +206,7 @@ class Guard:
             if sent["status"] is None:
                 await _plain(send_guarded, scope, 500, "internal error; the server's log says more")
         finally:
-            _access_line(scope, sent["status"], state.get("refused"))
+            _access_line(scope, sent["status"], state.get("refused"), time.monotonic() - started)
 
 
 async def _plain(send: Send, scope: Scope, status: int, message: str) -> None:
@@ -224,12 +225,18 @@ async def _plain(send: Send, scope: Scope, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _access_line(scope: Scope, status: int | None, why: str | None) -> None:
+def _access_line(scope: Scope, status: int | None, why: str | None, seconds: float) -> None:
+    """The request's one line: client, method and path, status, duration, the thread it named, and why
+    it was refused. Never a header or a body, so never a token, a cookie or a form's fields."""
     client = scope.get("client")
     path = bytes(scope.get("raw_path") or scope.get("path", "").encode()).decode("latin-1")
     if scope.get("query_string"):
         path += "?" + bytes(scope["query_string"]).decode("latin-1")
     line = f'{client[0] if client else "-"} "{scope.get("method")} {printable(path)[:200]}" {status or "-"}'
+    line += f" {seconds * 1000:.0f} ms"
+    thread = (scope.get("path_params") or {}).get("thread_id")
+    if thread:
+        line += f" thread={printable(str(thread))[:80]}"
     log.info("%s", line + (f" refused: {why}" if why else ""))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 
 from market_analyst.errors import UserError
 from market_analyst.settings import Settings
@@ -34,6 +35,21 @@ def check_binding(settings: Settings, host: str, allow_remote: bool) -> int:
                 "--allow-remote needs at least one approver first: market-analyst approvers add NAME"
             )
     return count
+
+
+def log_to_stderr() -> None:
+    """The server's log, on stderr: this program's lines from INFO (a thread the finisher published,
+    where the embedded PostgreSQL runs), every library's from WARNING; uvicorn writes the one line per
+    request (see `security`). The command line sends libraries' logging nowhere (`cli.main`); a server
+    is watched through its log, so it says what it does. Left alone under `--debug`, which logs all."""
+    root = logging.getLogger()
+    if any(not isinstance(handler, logging.NullHandler) for handler in root.handlers):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("market_analyst").setLevel(logging.INFO)
 
 
 def warm_up(settings: Settings) -> dict[str, str]:

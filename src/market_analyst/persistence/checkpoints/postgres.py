@@ -184,9 +184,9 @@ def _sealed_saver_class() -> Any:
     from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
     from market_analyst.persistence.checkpoints.order import followed, refuse_out_of_order
-    from market_analyst.persistence.checkpoints.sealing import Sealed, thread_of
+    from market_analyst.persistence.checkpoints.sealing import AllowlistSaver, Sealed, thread_of
 
-    class SealedPostgresSaver(PostgresSaver):
+    class SealedPostgresSaver(AllowlistSaver, PostgresSaver):
         keyring: Keyring | None = None
 
         def get_tuple(self, config: Any) -> Any:

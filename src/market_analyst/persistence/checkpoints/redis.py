@@ -31,6 +31,7 @@ from market_analyst.persistence.checkpoints.order import followed, refuse_out_of
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
 from market_analyst.persistence.checkpoints.rewriting import Rewrite, ThreadRewriter
 from market_analyst.persistence.checkpoints.sealing import (
+    AllowlistSaver,
     SealingSerializer,
     is_redis_sealed,
     redis_opened,
@@ -181,11 +182,11 @@ class _SaidByTheCaller(logging.Filter):
 logging.getLogger("redisvl.index.index").addFilter(_SaidByTheCaller())
 
 
-class FencedRedisSaver(_FencedWrites, RedisSaver):
+class FencedRedisSaver(AllowlistSaver, _FencedWrites, RedisSaver):
     """`RedisSaver` (full history) that refuses to write for a thread whose lease it lost."""
 
 
-class FencedShallowRedisSaver(_FencedWrites, ShallowRedisSaver):
+class FencedShallowRedisSaver(AllowlistSaver, _FencedWrites, ShallowRedisSaver):
     """`ShallowRedisSaver` (latest checkpoint only) that refuses to write for a lost lease, and reads
     only the latest checkpoint's own pending writes."""
 

@@ -28,6 +28,11 @@ class StrictRedisSerializer(JsonPlusRedisSerializer):
     safe list for LangGraph's own envelopes, langchain-core's own allow-list for its objects (the
     messages of the LLM analyst), and nothing imported for any other name."""
 
+    def _allowed(self, names: list[str]) -> bool:
+        """Whether the graph's allow-list (given through `with_msgpack_allowlist`) names the type."""
+        allowed = self._allowed_msgpack_modules
+        return isinstance(allowed, set) and (".".join(names[:-1]), names[-1]) in allowed
+
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         if isinstance(obj, BaseException):  # a failed node's error write: its text, as msgpack keeps it
             obj = repr(obj)
@@ -37,7 +42,7 @@ class StrictRedisSerializer(JsonPlusRedisSerializer):
         if not (_msgpack.STRICT_MSGPACK_ENABLED and _is_constructor(obj)):
             return super()._revive_if_needed(obj)
         names = [str(part) for part in obj["id"]]
-        if obj.get("lc") == 2 and _is_safe_json_type(names):
+        if obj.get("lc") == 2 and (_is_safe_json_type(names) or self._allowed(names)):
             return super()._revive_if_needed(obj)
         if obj.get("lc") == 2 and _is_known_error(names):  # an error write of an earlier release
             return f"{names[-1]}()"

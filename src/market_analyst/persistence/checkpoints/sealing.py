@@ -13,6 +13,7 @@ passes a value without one (written before encryption) to the inner serializer u
 from __future__ import annotations
 
 import base64
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +51,39 @@ class SealingSerializer:
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         return self._opener.loads_typed(data)
 
+    def with_msgpack_allowlist(self, extra_allowlist: Any) -> SealingSerializer:
+        """LangGraph's allow-list protocol, as `EncryptedSerializer` takes part in it: this serializer
+        around the inner one with the graph's own state types added to its list (itself when the list
+        does not change). Without it LangGraph would leave the list as it was and log, on every graph
+        bound to the saver, that strict deserialisation is not enforced."""
+        inner = self.inner.with_msgpack_allowlist(extra_allowlist)
+        return self if inner is self.inner else SealingSerializer(inner, self.keyring)
+
     def __getattr__(self, name: str) -> Any:
         if name in ("inner", "keyring", "_opener"):
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+class AllowlistSaver:
+    """A saver that takes the graph's allow-list through its serializer's `with_msgpack_allowlist`.
+
+    LangGraph's own `with_allowlist` asks only its two serializers (`JsonPlusSerializer`, and
+    `EncryptedSerializer` around one) and, for any other, keeps the list as it was and logs a warning
+    each time a graph is bound to the saver. Mix in before the saver class."""
+
+    serde: Any
+
+    def with_allowlist(self, extra_allowlist: Any) -> Any:
+        derive = getattr(type(self.serde), "with_msgpack_allowlist", None)  # the class's, not a delegate
+        if derive is None:
+            return super().with_allowlist(extra_allowlist)  # type: ignore[misc]
+        serde = derive(self.serde, extra_allowlist)
+        if serde is self.serde:
+            return self
+        clone = copy.copy(self)
+        clone.serde = serde
+        return clone
 
 
 def thread_of(config: Any) -> str:

@@ -13,6 +13,7 @@ re-embedded (`market-analyst memories reindex`).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,12 +33,28 @@ _MODELS: dict[int, Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
+def _import_wordllama() -> Any:
+    """The `wordllama` package, imported without what its import does to the process's logging: it
+    calls `logging.basicConfig(level=INFO)`, which gave every process that had not set up logging
+    first (the benchmarks, a host application) a root handler printing every library's INFO lines on
+    stderr (the embedded PostgreSQL's whole start-up, each HTTP request)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    import wordllama
+
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    return wordllama
+
+
 def load_wordllama(dimension: int = WORDLLAMA_DIMENSION) -> Any:
     """WordLlama's bundled model at `dimension`, loaded once a process."""
     with _MODELS_LOCK:
         if dimension not in _MODELS:
-            import wordllama
-            from wordllama import WordLlama
+            wordllama = _import_wordllama()
+            WordLlama = wordllama.WordLlama  # noqa: N806
 
             _MODELS[dimension] = WordLlama.load(
                 config=WORDLLAMA_CONFIG,

