@@ -61,6 +61,9 @@ class _NoMemory:
     ) -> list[Memory]:
         return []
 
+    def trail(self, owner: str, ticker: str, *, limit: int = 3) -> tuple[list[Memory], int]:
+        return [], 0
+
     def verify(self) -> None:
         return None
 

@@ -137,22 +137,33 @@ MEMORY_KINDS_SHOWN = {
 MEMORY_HEADING = "## What was said before"
 
 
+def _memory_line(m: dict[str, Any]) -> str:
+    kind = MEMORY_KINDS_SHOWN.get(str(m.get("kind")), plain(m.get("kind")))
+    source = f"thread {plain(m['thread_id'])}" if m.get("thread_id") else "no thread"
+    ticker = f", {plain(m['ticker'])}" if m.get("ticker") else ""
+    who = f"{plain(m['said_by'])}: " if m.get("said_by") else ""  # drafts made before it was kept
+    where = f"({source}, memory {plain(m['id'])})"
+    return f"- {plain(m['date'])}, {who}{kind}{ticker} {where}: {plain(m['text'])}"
+
+
 def _memories_section(d: dict[str, Any]) -> list[str]:
     """What was said before, as recall found it: each memory's day, who said it ("you", or a name and
     a role), its kind and source thread, and its text as literal data."""
     memories = d.get("memories") or []
     if not memories:
         return []
-    lines = ["", MEMORY_HEADING, ""]
-    for m in memories:
-        kind = MEMORY_KINDS_SHOWN.get(str(m.get("kind")), plain(m.get("kind")))
-        source = f"thread {plain(m['thread_id'])}" if m.get("thread_id") else "no thread"
-        ticker = f", {plain(m['ticker'])}" if m.get("ticker") else ""
-        who = f"{plain(m['said_by'])}: " if m.get("said_by") else ""  # drafts made before it was kept
-        lines.append(
-            f"- {plain(m['date'])}, {who}{kind}{ticker} ({source}, memory {plain(m['id'])}): "
-            f"{plain(m['text'])}"
-        )
+    lines = ["", MEMORY_HEADING]
+    trail = [m for m in memories if m.get("why") == "ticker_trail"]
+    similar = [m for m in memories if m.get("why") != "ticker_trail"]
+    if trail:
+        lines += ["", f"On {plain(d['ticker'])}, from your own threads, newest first:", ""]
+        lines += [_memory_line(m) for m in trail]
+        more = int(trail[0].get("trail_more") or 0)
+        if more:
+            lines.append(f"- and {more} earlier on {plain(d['ticker'])}, not shown")
+    if similar:
+        lines += ["", "Related, recalled by meaning:" if trail else "Recalled by meaning:", ""]
+        lines += [_memory_line(m) for m in similar]
     if d.get("memory_response"):
         lines += ["", plain(d["memory_response"])]
     return lines

@@ -23,10 +23,11 @@ def draft_id_for(content: dict[str, Any]) -> str:
 
 def memory_line(memory: dict[str, Any]) -> dict[str, Any]:
     """What the draft shows of a recalled memory: when (UTC day), what kind, who said it (`who_said`),
-    from which thread, and its text as it was stored."""
+    from which thread, its text as it was stored, and why it is there (`ticker_trail`, with how many
+    older ones the trail's cap left out, or `similar`; a run before the trail recalled by meaning only)."""
     at = datetime.fromisoformat(str(memory["created_at"]).replace("Z", "+00:00"))
     day = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC).date().isoformat()
-    return {
+    line = {
         "id": memory["id"],
         "date": day,
         "kind": memory["kind"],
@@ -34,7 +35,11 @@ def memory_line(memory: dict[str, Any]) -> dict[str, Any]:
         "thread_id": memory.get("thread_id"),
         "ticker": memory.get("ticker"),
         "text": memory["text"],
+        "why": "ticker_trail" if memory.get("why") == "ticker_trail" else "similar",
     }
+    if line["why"] == "ticker_trail":
+        line["trail_more"] = int(memory.get("trail_more") or 0)
+    return line
 
 
 def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:

@@ -14,9 +14,15 @@ from langgraph.runtime import Runtime
 from market_analyst.context import Deps
 from market_analyst.state import DEFAULT_USER, AnalystState
 
-# At most this many memories, and this many characters of their text, go into a run.
+# At most this many memories, and this many characters of their text, go into a run: the ticker's
+# decision trail first (at most TRAIL_LIMIT, newest first), then what recall by meaning finds.
 RECALL_LIMIT = 5
 RECALL_BUDGET_CHARS = 1500
+TRAIL_LIMIT = 3
+# What recall by meaning always keeps, however long the trail: at least this many memories and
+# characters.
+SIMILAR_AT_LEAST = 2
+SIMILAR_CHARS_AT_LEAST = 500
 
 
 def recall_query(ticker: str | None, question: str | None) -> str:
@@ -32,19 +38,39 @@ def recall_query(ticker: str | None, question: str | None) -> str:
 
 
 def recall(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """Keep the owner's memories relevant to this run in the state. An owner without memories costs the
-    store's cheap check only: no model is loaded."""
+    """Keep the owner's memories for this run in the state, each saying why it is there (`why`):
+
+    - `ticker_trail`: the decision trail of the owner's own threads on this ticker (what reviewers
+      asked, why a draft was rejected, what the last approver said, the last report), newest first,
+      whatever the question: a second look at a ticker always hears it. Each of them carries
+      `trail_more`, how many older ones the cap left out.
+    - `similar`: what recall by meaning and words finds for the question in the rest of the budget,
+      with the relevance floor, none of them already in the trail.
+
+    An owner without memories costs the store's cheap check only: no model is loaded."""
     owner = state.get("user_id") or DEFAULT_USER
+    memory = runtime.context.memory
+    trail, more = memory.trail(owner, state["ticker"], limit=TRAIL_LIMIT)
+    trail = [m for m in trail if m.owner == owner and not m.superseded]
+    used = sum(len(m.text) for m in trail)
     # No `has_memories` first: `recall` makes the same check before it loads anything (the port's
     # promise), and a second look would cost a user who has memories one more open of the store.
     question = (state.get("question") or "").strip()
-    found = runtime.context.memory.recall(
+    found = memory.recall(
         owner,
         recall_query(state["ticker"], question),
         ticker=state["ticker"],
-        limit=RECALL_LIMIT,
-        budget_chars=RECALL_BUDGET_CHARS,
+        limit=max(SIMILAR_AT_LEAST, RECALL_LIMIT - len(trail)) + len(trail),
+        budget_chars=max(SIMILAR_CHARS_AT_LEAST, RECALL_BUDGET_CHARS - used),
         now=runtime.context.now(),
         floor=bool(question),  # without a question, what was said about the ticker at all
     )
-    return {"recalled": [m.model_dump(mode="json") for m in found if m.owner == owner and not m.superseded]}
+    shown = {m.id for m in trail}
+    similar = [m for m in found if m.owner == owner and not m.superseded and m.id not in shown]
+    similar = similar[: max(SIMILAR_AT_LEAST, RECALL_LIMIT - len(trail))]
+    return {
+        "recalled": [
+            *({**m.model_dump(mode="json"), "why": "ticker_trail", "trail_more": more} for m in trail),
+            *({**m.model_dump(mode="json"), "why": "similar"} for m in similar),
+        ]
+    }

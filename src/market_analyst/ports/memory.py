@@ -44,6 +44,13 @@ class MemoryStore(Protocol):
         question asks without it, for what was said about the ticker at all."""
         ...
 
+    def trail(self, owner: str, ticker: str, *, limit: int = 3) -> tuple[list[Memory], int]:
+        """`owner`'s decision trail on `ticker`: the live memories `owner`'s own threads on it left
+        (feedback, rejection reasons, approval notes, published reports), newest first, at most
+        `limit`, and how many more there are; whatever the question, in one filtered lookup that
+        loads no model."""
+        ...
+
     def verify(self) -> None:
         """Check the whole store, every memory read, as a write or an erasure does first; `UserError`
         (in one line, naming `memories check`) when it fails."""

@@ -21,6 +21,10 @@ from market_analyst.persistence.memory.points import from_payload
 from market_analyst.persistence.memory.search import Recall, within_budget
 from market_analyst.state import Memory, check_memory_ref, validate_user_id
 
+# The kinds of memory a thread's decisions and publication leave (a ticker's decision trail), in the
+# order a thread leaves them.
+TRAIL_KINDS = ("feedback", "rejection", "approval_note", "report")
+
 
 class Ranking(TypedDict, total=False):
     """How a recall ranks (see `search`): the ticker the run analyses, the mode (`hybrid_recency`
@@ -112,6 +116,11 @@ class BaseMemoryStore(ABC):
         """The engine's filter for exactly `owner`'s memories (with `live_only`, not superseded)."""
 
     @abstractmethod
+    def _trail_filter(self, owner: str, ticker: str) -> Any:
+        """The engine's filter for `owner`'s live memories about `ticker` of the kinds a decision trail
+        holds (`TRAIL_KINDS`): owner, status, ticker and kind are indexed payload fields."""
+
+    @abstractmethod
     def _made_before(self, moment: datetime) -> Any:
         """The engine's filter for the memories (of every owner) made before `moment`."""
 
@@ -173,6 +182,30 @@ class BaseMemoryStore(ABC):
     ) -> builtins.list[Memory]:
         ranked = self.ranked(owner, query, limit=limit * 4, **ranking)
         return within_budget([memory for memory, _ in ranked], limit=limit, budget_chars=budget_chars)
+
+    def trail(self, owner: str, ticker: str, *, limit: int = 3) -> tuple[builtins.list[Memory], int]:
+        """`owner`'s decision trail on `ticker`: the live memories their own threads on it left
+        (reviewers' feedback, rejection reasons, approval notes, published reports' summaries), newest
+        first, at most `limit` of them, and how many more there are. One filtered lookup, whatever
+        the question; no model is loaded, and nothing of another owner's can come out."""
+        owner = validate_user_id(owner)
+        if limit <= 0 or not self._may_have(owner):
+            return [], 0
+        records = self._matching(self._trail_filter(owner, ticker))
+        found = [from_payload(record.id, dict(record.payload or {})) for record in records]
+        found = [
+            m
+            for m in found
+            if m.owner == owner
+            and not m.superseded
+            and m.ticker == ticker
+            and m.kind in TRAIL_KINDS
+            and m.thread_id  # left by a thread, not kept by `remember`
+        ]
+        # Times are kept to the second: within one, a thread's feedback comes before its decision and
+        # the decision before its report.
+        found.sort(key=lambda m: (m.created_at, TRAIL_KINDS.index(m.kind), m.id), reverse=True)
+        return found[:limit], max(0, len(found) - limit)
 
     def ranked(
         self, owner: str, query: str, *, limit: int = 20, **ranking: Unpack[Ranking]

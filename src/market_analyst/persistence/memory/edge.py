@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from market_analyst.errors import UserError
 from market_analyst.files import copy_sparse_tree, fsync_dir, private_dir, private_tree, refuse_under_file
 from market_analyst.persistence.memory import manifest
-from market_analyst.persistence.memory.base import BaseMemoryStore, Recall, every_page
+from market_analyst.persistence.memory.base import TRAIL_KINDS, BaseMemoryStore, Recall, every_page
 from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.manifest import Manifest, StoreDamaged
 from market_analyst.persistence.memory.owners import OwnerMarkers, marker_key
@@ -506,9 +506,7 @@ class EdgeMemoryStore(BaseMemoryStore):
             # for each operation (see `make bench BENCH_ARGS=memory`).
             config = EdgeConfig(
                 vectors={
-                    "dense": EdgeVectorParams(
-                        size=dimension, distance=Distance.Cosine, memory=Placement.Cold
-                    )
+                    "dense": EdgeVectorParams(size=dimension, distance=Distance.Cosine, memory=Placement.Cold)
                 },
                 sparse_vectors={"bm25": EdgeSparseVectorParams(modifier=Modifier.Idf, memory=Placement.Cold)},
             )
@@ -518,6 +516,7 @@ class EdgeMemoryStore(BaseMemoryStore):
                     ("owner", PayloadSchemaType.Keyword),
                     ("status", PayloadSchemaType.Keyword),
                     ("ticker", PayloadSchemaType.Keyword),
+                    ("kind", PayloadSchemaType.Keyword),
                     ("created_at", PayloadSchemaType.Datetime),
                 ):
                     shard.update(UpdateOperation.create_field_index(field, kind))
@@ -597,6 +596,17 @@ class EdgeMemoryStore(BaseMemoryStore):
 
     def _owner_filter(self, owner: str, *, live_only: bool) -> Any:
         return owner_filter(owner, live_only=live_only)
+
+    def _trail_filter(self, owner: str, ticker: str) -> Any:
+        from qdrant_edge import FieldCondition, Filter, MatchAny, MatchValue
+
+        return Filter(
+            must=[
+                *owner_filter(owner, live_only=True).must,  # the binding hands out a copy of the list
+                FieldCondition(key="ticker", match=MatchValue(ticker)),
+                FieldCondition(key="kind", match=MatchAny(list(TRAIL_KINDS))),
+            ]
+        )
 
     def _made_before(self, moment: datetime) -> Any:
         from qdrant_edge import FieldCondition, Filter, RangeDateTime

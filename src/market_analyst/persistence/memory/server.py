@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from market_analyst.persistence.memory.base import BaseMemoryStore, every_page
+from market_analyst.persistence.memory.base import TRAIL_KINDS, BaseMemoryStore, every_page
 from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.points import LIVE, META_VERSION, SUPERSEDED, from_payload, to_payload
 from market_analyst.persistence.memory.search import Recall, client_query
@@ -77,6 +77,7 @@ class QdrantMemoryStore(BaseMemoryStore):
         for field, schema in (
             ("status", models.PayloadSchemaType.KEYWORD),
             ("ticker", models.PayloadSchemaType.KEYWORD),
+            ("kind", models.PayloadSchemaType.KEYWORD),
             ("created_at", models.PayloadSchemaType.DATETIME),
         ):
             client.create_payload_index(self.collection, field, field_schema=schema)
@@ -128,6 +129,16 @@ class QdrantMemoryStore(BaseMemoryStore):
         if live_only:
             must.append(models.FieldCondition(key="status", match=models.MatchValue(value=LIVE)))
         return models.Filter(must=must)
+
+    def _trail_filter(self, owner: str, ticker: str) -> Any:
+        from qdrant_client import models
+
+        flt = self._owner_filter(owner, live_only=True)
+        flt.must += [
+            models.FieldCondition(key="ticker", match=models.MatchValue(value=ticker)),
+            models.FieldCondition(key="kind", match=models.MatchAny(any=list(TRAIL_KINDS))),
+        ]
+        return flt
 
     def _made_before(self, moment: datetime) -> Any:
         from qdrant_client import models
