@@ -43,7 +43,7 @@ from typing import Any, cast
 
 from market_analyst.choices import RecallMode
 from market_analyst.deps import open_memory
-from market_analyst.nodes.recall import RECALL_LIMIT, recall_query
+from market_analyst.nodes.recall import RECALL_LIMIT, TRAIL_LIMIT, recall_query
 from market_analyst.ports import MemoryStore
 from market_analyst.settings import Settings
 from market_analyst.state import Memory, memory_id
@@ -58,6 +58,7 @@ LIMIT = RECALL_LIMIT
 UNBOUNDED_BUDGET = 1_000_000
 PRODUCT_MODE: RecallMode = "hybrid_recency"  # what `analyze` runs
 TARGET_RECALL = 0.90
+TARGET_VAGUE = 0.90  # the vague questions, as a run asks them (with the ticker's trail)
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def load_set(
     set_dir: Path = SET_DIR,
-) -> tuple[list[Memory], dict[str, str], list[Question], list[Question]]:
+) -> tuple[list[Memory], dict[str, str], list[Question], list[Question], list[Question]]:
     """The memories as the product's `Memory` records, the map from their IDs back to the set's keys,
-    the questions, and the questions nothing answers (none when the set has no `unanswerable.jsonl`)."""
+    the questions, the questions nothing answers (none when the set has no `unanswerable.jsonl`), and
+    the vague questions a second look at a ticker asks (none without `vague.jsonl`)."""
     memories: list[Memory] = []
     key_of: dict[str, str] = {}
     for row in _read_jsonl(set_dir / "memories.jsonl"):
@@ -123,12 +125,23 @@ def load_set(
         )
         for row in _read_jsonl(set_dir / "questions.jsonl")
     ]
+    vague_file = set_dir / "vague.jsonl"
+    vague = [
+        Question(
+            key=row["key"],
+            owner=row["owner"],
+            ticker=row["ticker"],
+            text=row["question"],
+            answers=tuple(row["answers"]),
+        )
+        for row in (_read_jsonl(vague_file) if vague_file.is_file() else [])
+    ]
     unanswerable = set_dir / "unanswerable.jsonl"
     off_topic = [
         Question(key=row["key"], owner=row["owner"], ticker=row["ticker"], text=row["question"], answers=())
         for row in (_read_jsonl(unanswerable) if unanswerable.is_file() else [])
     ]
-    return memories, key_of, questions, off_topic
+    return memories, key_of, questions, off_topic, vague
 
 
 def ask(store: MemoryStore, question: Question, mode: RecallMode) -> list[Memory]:
@@ -142,6 +155,15 @@ def ask(store: MemoryStore, question: Question, mode: RecallMode) -> list[Memory
         mode=mode,
         now=REFERENCE_DATE,
     )
+
+
+def ask_as_a_run(store: MemoryStore, question: Question) -> list[Memory]:
+    """`question` asked as a run on its ticker gathers what was said: the ticker's decision trail
+    first (newest first, whatever the question), then what recall by meaning finds, none twice."""
+    trail, _ = store.trail(question.owner, question.ticker, limit=TRAIL_LIMIT) if question.ticker else ([], 0)
+    shown = {memory.id for memory in trail}
+    similar = [m for m in ask(store, question, PRODUCT_MODE) if m.id not in shown]
+    return [*trail, *similar]
 
 
 def score(ranked_keys: Sequence[str], answers: Sequence[str]) -> tuple[float, float]:
@@ -161,8 +183,10 @@ def evaluate(
     key_of: dict[str, str],
     questions: Sequence[Question],
     off_topic: Sequence[Question] = (),
+    vague: Sequence[Question] = (),
 ) -> dict[str, Any]:
-    """Every question in every mode against a store that already holds the set."""
+    """Every question in every mode against a store that already holds the set; the vague questions
+    as a run asks them (the ticker's trail, then recall by meaning) and by meaning alone."""
     scores = {mode: ModeScore() for mode in MODES}
     for question in questions:
         for mode in MODES:
@@ -188,6 +212,15 @@ def evaluate(
             found = ask(store, question, mode)
             scores[mode].leaks += _leaks(found, question, key_of)
             scores[mode].off_topic.append(len(found))
+    vague_scores: dict[str, list[float]] = {"run": [], "by_meaning": []}
+    for question in vague:
+        for how, found in (
+            ("run", ask_as_a_run(store, question)),
+            ("by_meaning", ask(store, question, PRODUCT_MODE)),
+        ):
+            scores[PRODUCT_MODE].leaks += _leaks(found, question, key_of)
+            ranked = [key_of.get(memory.id, "") for memory in found[:LIMIT]]
+            vague_scores[how].append(score(ranked, question.answers)[0])
     everything = []
     for question in questions:
         held = store.list(question.owner)
@@ -213,6 +246,9 @@ def evaluate(
             }
             for mode, s in scores.items()
         },
+        "vague_questions": len(vague),
+        "vague_recall_at_5": statistics.fmean(vague_scores["run"]) if vague else None,
+        "vague_recall_at_5_by_meaning": statistics.fmean(vague_scores["by_meaning"]) if vague else None,
         "everything_in_context": {
             "recall_at_5": 1.0,
             "chars_mean": statistics.fmean(everything),
@@ -234,6 +270,9 @@ def verdict(figures: dict[str, Any]) -> list[str]:
                 f"hybrid with recency recall@5 {product:.3f} is under {name}'s "
                 f"({modes[alone]['recall_at_5']:.3f})"
             )
+    vague = figures.get("vague_recall_at_5")
+    if vague is not None and vague < TARGET_VAGUE - 1e-9:
+        misses.append(f"vague questions: recall@5 as a run asks them {vague:.3f} is under {TARGET_VAGUE}")
     leaks = sum(mode["leaks"] for mode in modes.values())
     if leaks:
         misses.append(f"{leaks} results belonged to another user")
@@ -262,6 +301,13 @@ def table(figures: dict[str, Any]) -> str:
             f"| {m['recency_mrr']:.3f} | {m['results_mean']:.2f} ({m['unanswering_reports']}) "
             f"| {'-' if off is None else f'{off:.2f}'} | {m['leaks']} |"
         )
+    if figures.get("vague_questions"):
+        lines += [
+            f"| vague questions ({figures['vague_questions']}) as a run asks them: the ticker's trail, then "
+            f"hybrid with recency | {figures['vague_recall_at_5']:.3f} | - | - | - | - | - | 0 |",
+            f"| vague questions ({figures['vague_questions']}), hybrid with recency alone "
+            f"| {figures['vague_recall_at_5_by_meaning']:.3f} | - | - | - | - | - | 0 |",
+        ]
     everything = figures["everything_in_context"]
     lines.append(
         f"| everything in context: {everything['chars_mean']:,.0f} characters a question on average, "
@@ -281,8 +327,8 @@ def _scratch_parent() -> str | None:
 def run(set_dir: Path = SET_DIR, every: int = 1) -> dict[str, Any]:
     """Load the set into a fresh store in a temporary data directory and evaluate it (on every
     `every`-th question only, for a quicker run)."""
-    memories, key_of, questions, off_topic = load_set(set_dir)
-    questions, off_topic = questions[::every], off_topic[::every]
+    memories, key_of, questions, off_topic, vague = load_set(set_dir)
+    questions, off_topic, vague = questions[::every], off_topic[::every], vague[::every]
     with tempfile.TemporaryDirectory(prefix="eval-memory-", dir=_scratch_parent()) as data_dir:
         settings = Settings.load(environ={"MA_DATA_DIR": data_dir}, dotenv=None)
         store = open_memory(settings)
@@ -290,7 +336,7 @@ def run(set_dir: Path = SET_DIR, every: int = 1) -> dict[str, Any]:
             started = time.perf_counter()
             store.write(memories)
             written = time.perf_counter() - started
-            figures = evaluate(store, key_of, questions, off_topic)
+            figures = evaluate(store, key_of, questions, off_topic, vague)
         finally:
             close = getattr(store, "close", None)
             if callable(close):
@@ -328,6 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             + ", ".join(f"{mode} {m['query_ms_p50']:.1f} ms" for mode, m in figures["modes"].items())
             + "\n"
         )
+        if figures.get("vague_questions"):
+            out.write(
+                f"vague questions ({figures['vague_questions']}): recall@5 as a run asks them (the ticker's "
+                f"trail, then by meaning) {figures['vague_recall_at_5']:.3f}; by meaning alone "
+                f"{figures['vague_recall_at_5_by_meaning']:.3f}\n"
+            )
         for miss in misses:
             out.write(f"target missed: {miss}\n")
         if not misses:

@@ -58,6 +58,15 @@ def test_the_labelled_set_has_the_size_and_spread_it_claims():
     assert len({q["key"] for q in off_topic}) == len(off_topic) >= 24
     assert {q["owner"] for q in off_topic} == set(owners) and not any("answers" in q for q in off_topic)
     assert all(len(per_ticker[q["owner"], q["ticker"]]) >= 5 for q in off_topic)
+    # Vague questions a second look at a ticker asks, each labelled with the asker's own decision
+    # memory on that ticker that answers it (the newest said, the newest objection, the newest of all).
+    vague = _rows("vague.jsonl")
+    assert len({q["key"] for q in vague}) == len(vague) >= 30 and {q["owner"] for q in vague} == set(owners)
+    for q in vague:
+        [answer] = [by_key[a] for a in q["answers"]]
+        assert answer["owner"] == q["owner"] and answer["ticker"] == q["ticker"], q["key"]
+        assert answer["kind"] != "remembered" and answer["thread_id"], q["key"]
+        assert not set(q["question"].lower().split()) & {q["ticker"].lower()}, q["key"]  # no ticker named
     # Other users hold the same words, so an unfiltered search would find them.
     shared = Counter(
         m["owner"] for m in memories if "drawdown" in m["text"].lower() and m["kind"] != "report"
@@ -94,6 +103,9 @@ def test_make_eval_memory_recalls_through_the_real_store_without_leaks():
     assert product["unanswering_reports"] < modes["hybrid"]["unanswering_reports"]
     assert product["results_mean"] <= 5 and figures["off_topic_questions"] == 6
     assert product["off_topic_results_mean"] is not None
+    # The vague questions: the ticker's trail finds what recall by meaning alone misses.
+    assert figures["vague_questions"] == 9
+    assert figures["vague_recall_at_5"] >= 0.9 > figures["vague_recall_at_5_by_meaning"], figures
 
 
 def test_the_evaluation_asks_with_the_recall_nodes_own_query(monkeypatch):
@@ -122,7 +134,11 @@ def test_the_readme_and_the_memory_page_quote_the_evaluation_and_its_command():
     between = _quoted_table(page)
     names = [line.split("|")[1].strip() for line in between.splitlines()[2:]]
     assert names[:4] == ["BM25 only", "dense only", "hybrid (DBSF)", "hybrid with recency"]
-    assert names[4].startswith("everything in context")
+    assert names[4].startswith("vague questions (36) as a run asks them")
+    assert names[5].startswith("vague questions (36), hybrid with recency alone")
+    assert names[6].startswith("everything in context")
+    vague = next(line for line in between.splitlines() if "as a run asks them" in line)
+    assert float(vague.split("|")[2]) >= 0.9
     assert "make eval-memory" in page
     # The README quotes the same figures, the pass line's among them.
     readme = (REPO / "README.md").read_text()

@@ -293,9 +293,10 @@ def test_approvals_that_meet_a_store_killed_mid_burst_are_all_published_once_it_
     outage, tmp_path: Path, serve, harness: Harness
 ):
     """Twelve approvals through `serve` (three approvers, one thread each): eight at once, the store
-    killed while they run, and four more while it is away: every reply is 200, 409 or 503, never a 500. Once the store is back, every
-    thread whose approval was recorded is published by the server on its own (no `resume`, no second
-    approval), once; the others still wait at the gate, with nothing recorded."""
+    killed while they run, and four more while it is away: every reply is 200, 409 or 503, never a
+    500. Once the store is back, every thread whose approval was recorded is published by the server
+    on its own (no `resume`, no second approval), once; the others still wait at the gate, with
+    nothing recorded."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     backend, store = outage

@@ -14,15 +14,13 @@ from langgraph.runtime import Runtime
 from market_analyst.context import Deps
 from market_analyst.state import DEFAULT_USER, AnalystState
 
-# At most this many memories, and this many characters of their text, go into a run: the ticker's
-# decision trail first (at most TRAIL_LIMIT, newest first), then what recall by meaning finds.
+# What goes into a run: the ticker's decision trail (at most TRAIL_LIMIT, newest first), and beside
+# it at most RECALL_LIMIT memories, RECALL_BUDGET_CHARS characters of text, that recall by meaning
+# finds. The trail takes nothing from recall by meaning, so `make eval-memory`'s figures for it stay
+# what a run gets.
 RECALL_LIMIT = 5
 RECALL_BUDGET_CHARS = 1500
 TRAIL_LIMIT = 3
-# What recall by meaning always keeps, however long the trail: at least this many memories and
-# characters.
-SIMILAR_AT_LEAST = 2
-SIMILAR_CHARS_AT_LEAST = 500
 
 
 def recall_query(ticker: str | None, question: str | None) -> str:
@@ -44,8 +42,8 @@ def recall(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
       asked, why a draft was rejected, what the last approver said, the last report), newest first,
       whatever the question: a second look at a ticker always hears it. Each of them carries
       `trail_more`, how many older ones the cap left out.
-    - `similar`: what recall by meaning and words finds for the question in the rest of the budget,
-      with the relevance floor, none of them already in the trail.
+    - `similar`: what recall by meaning and words finds for the question, with the relevance floor,
+      none of them already in the trail.
 
     An owner without memories costs the store's cheap check only: no model is loaded."""
     owner = state.get("user_id") or DEFAULT_USER
@@ -56,18 +54,18 @@ def recall(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
     # No `has_memories` first: `recall` makes the same check before it loads anything (the port's
     # promise), and a second look would cost a user who has memories one more open of the store.
     question = (state.get("question") or "").strip()
-    found = memory.recall(
+    found = memory.recall(  # asked for the trail's too, which are then left out
         owner,
         recall_query(state["ticker"], question),
         ticker=state["ticker"],
-        limit=max(SIMILAR_AT_LEAST, RECALL_LIMIT - len(trail)) + len(trail),
-        budget_chars=max(SIMILAR_CHARS_AT_LEAST, RECALL_BUDGET_CHARS - used),
+        limit=RECALL_LIMIT + len(trail),
+        budget_chars=RECALL_BUDGET_CHARS + used,
         now=runtime.context.now(),
         floor=bool(question),  # without a question, what was said about the ticker at all
     )
     shown = {m.id for m in trail}
     similar = [m for m in found if m.owner == owner and not m.superseded and m.id not in shown]
-    similar = similar[: max(SIMILAR_AT_LEAST, RECALL_LIMIT - len(trail))]
+    similar = similar[:RECALL_LIMIT]
     return {
         "recalled": [
             *({**m.model_dump(mode="json"), "why": "ticker_trail", "trail_more": more} for m in trail),
