@@ -263,6 +263,7 @@ BENCH_LINES: dict[str, list[str]] = {
         "the gate, a user with 20 memories and none",
         "one run of 'analyze NVDA' to the gate",
         "a user with no memories loads no model: yes",
+        "the ticker's trail (",
     ],
     "encryption": [
         "encryption: 'analyze' to the gate and 'approve', 1 process each",
