@@ -88,6 +88,21 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def _question(row: dict[str, Any]) -> Question:
+    return Question(
+        key=row["key"],
+        owner=row["owner"],
+        ticker=row["ticker"],
+        text=row["question"],
+        answers=tuple(row.get("answers", ())),
+        supersedes=tuple(row.get("supersedes", ())),
+    )
+
+
+def _optional(path: Path) -> list[dict[str, Any]]:
+    return _read_jsonl(path) if path.is_file() else []
+
+
 def load_set(
     set_dir: Path = SET_DIR,
 ) -> tuple[list[Memory], dict[str, str], list[Question], list[Question], list[Question]]:
@@ -114,33 +129,9 @@ def load_set(
                 verified=row["verified"],
             )
         )
-    questions = [
-        Question(
-            key=row["key"],
-            owner=row["owner"],
-            ticker=row["ticker"],
-            text=row["question"],
-            answers=tuple(row["answers"]),
-            supersedes=tuple(row.get("supersedes", ())),
-        )
-        for row in _read_jsonl(set_dir / "questions.jsonl")
-    ]
-    vague_file = set_dir / "vague.jsonl"
-    vague = [
-        Question(
-            key=row["key"],
-            owner=row["owner"],
-            ticker=row["ticker"],
-            text=row["question"],
-            answers=tuple(row["answers"]),
-        )
-        for row in (_read_jsonl(vague_file) if vague_file.is_file() else [])
-    ]
-    unanswerable = set_dir / "unanswerable.jsonl"
-    off_topic = [
-        Question(key=row["key"], owner=row["owner"], ticker=row["ticker"], text=row["question"], answers=())
-        for row in (_read_jsonl(unanswerable) if unanswerable.is_file() else [])
-    ]
+    questions = [_question(row) for row in _read_jsonl(set_dir / "questions.jsonl")]
+    off_topic = [_question(row) for row in _optional(set_dir / "unanswerable.jsonl")]
+    vague = [_question(row) for row in _optional(set_dir / "vague.jsonl")]
     return memories, key_of, questions, off_topic, vague
 
 

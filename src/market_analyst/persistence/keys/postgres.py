@@ -48,17 +48,23 @@ class PostgresKeyStore:
             row = cur.fetchone()
         return _key(row) if row else None
 
+    @staticmethod
+    def _insert_absent(cur: Any, digest: str, key: WrappedKey) -> dict[str, Any] | None:
+        """Record `key` under `digest` unless a key is recorded there: the row there now (None: none)."""
+        cur.execute(
+            f"INSERT INTO {TABLE} (digest, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            (digest, key.key_id, key.thread_id, key.owner, key.master, key.wrapped, key.created_at),
+        )
+        cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE digest = %s", (digest,))
+        row: dict[str, Any] | None = cur.fetchone()
+        return row
+
     def add(self, key: WrappedKey, *, staged: bool = False) -> WrappedKey:
         current = thread_digest(key.thread_id)
         digest = staged_digest(current) if staged else current
         with self.tables.connect() as conn, conn.cursor() as cur:
-            cur.execute(
-                f"INSERT INTO {TABLE} (digest, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                (digest, key.key_id, key.thread_id, key.owner, key.master, key.wrapped, key.created_at),
-            )
-            cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE digest = %s", (digest,))
-            row = cur.fetchone()
+            row = self._insert_absent(cur, digest, key)
             if row is None and staged:  # promoted meanwhile by another process: that key is the one
                 cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE digest = %s", (current,))
                 row = cur.fetchone()
@@ -70,13 +76,7 @@ class PostgresKeyStore:
         """Record `key` under `digest` (a thread's, or its staged one) as another store held it,
         unless a key is recorded there already: the key recorded there now."""
         with self.tables.connect() as conn, conn.cursor() as cur:
-            cur.execute(
-                f"INSERT INTO {TABLE} (digest, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                (digest, key.key_id, key.thread_id, key.owner, key.master, key.wrapped, key.created_at),
-            )
-            cur.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE digest = %s", (digest,))
-            row = cur.fetchone()
+            row = self._insert_absent(cur, digest, key)
         if row is None:
             raise UserError(f"the data key of thread {key.thread_id} was erased while it was being copied")
         return _key(row)
