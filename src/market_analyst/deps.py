@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from market_analyst.context import Deps
 from market_analyst.decisions import DecisionPolicy, DecisionSeal, seal_key
@@ -66,6 +66,8 @@ __all__ = [
     "copy_archive_to_records",
     "copy_audit_to_records",
     "copy_keys_to_records",
+    "made_before",
+    "records_copy_marks",
     "decision_policy",
     "decision_seal",
     "embedded_server",
@@ -146,24 +148,48 @@ def open_archive(settings: Settings) -> ReportStore:
 
 
 def copy_archive_to_records(
-    settings: Settings, progress: Callable[[ArchiveCopy], None] | None = None
+    settings: Settings,
+    progress: Callable[[ArchiveCopy], None] | None = None,
+    erased: Callable[[Any], bool] | None = None,
 ) -> tuple[ArchiveCopy, str, str]:
     """Copy the directory archive (`MA_ARCHIVE_DIR`) into the records database, whatever
-    `MA_RECORDS` says, reading the directory only: the counts, and where from and to."""
+    `MA_RECORDS` says, reading the directory only: the counts, and where from and to. A report that
+    `erased` says was erased there since the last copy is not copied back."""
     from market_analyst.persistence.archive.postgres import PostgresArchive
-    from market_analyst.persistence.migrate import copy_archive
+    from market_analyst.persistence.migrate import copy_archive, made_before
 
     source, target = ReportArchive(settings.archive_dir), PostgresArchive(postgres_server(settings))
-    return copy_archive(source, target, progress=progress), source.location, target.location
+    counts = copy_archive(source, target, progress=progress, erased=erased or made_before(None))
+    return counts, source.location, target.location
 
 
-def copy_approvers_to_records(settings: Settings) -> tuple[int, int]:
+def made_before(since: Any) -> Callable[[Any], bool]:
+    """Whether a record made at a given time (ISO text) is older than `since` (see
+    `persistence.migrate.made_before`)."""
+    from market_analyst.persistence.migrate import made_before as older_than
+
+    return older_than(since)
+
+
+def records_copy_marks(settings: Settings) -> Any:
+    """When each data directory's last complete copy into the records database started
+    (`persistence.migrate.CopyMarks`)."""
+    from market_analyst.persistence.migrate import CopyMarks
+
+    return CopyMarks(postgres_server(settings))
+
+
+def copy_approvers_to_records(
+    settings: Settings, erased: Callable[[Any], bool] | None = None
+) -> tuple[int, int]:
     """Copy the data directory's approvers (names, roles, token hashes) and session secret into the
-    records database, whatever `MA_RECORDS` says, reading the files only: (copied, already present)."""
+    records database, whatever `MA_RECORDS` says, reading the files only: (copied, already present).
+    An approver that `erased` says was removed there since the last copy stays removed."""
     from market_analyst.persistence.approvers.postgres import PostgresApproverStore
-    from market_analyst.persistence.migrate import copy_approvers
+    from market_analyst.persistence.migrate import copy_approvers, made_before
 
-    return copy_approvers(ApproverStore(settings.data_dir), PostgresApproverStore(postgres_server(settings)))
+    target = PostgresApproverStore(postgres_server(settings))
+    return copy_approvers(ApproverStore(settings.data_dir), target, erased or made_before(None))
 
 
 def copy_audit_to_records(settings: Settings) -> AuditCopy:
@@ -175,7 +201,9 @@ def copy_audit_to_records(settings: Settings) -> AuditCopy:
     return copy_audit(AuditLog(settings.data_dir / "audit"), PostgresAuditLog(postgres_server(settings)))
 
 
-def copy_keys_to_records(settings: Settings) -> tuple[KeyCopy, str, str]:
+def copy_keys_to_records(
+    settings: Settings, erased: Callable[[Any], bool] | None = None
+) -> tuple[KeyCopy, str, str]:
     """Copy the threads' data keys from the data directory into the records database, each wrapped by
     the master key the database's hosts use (`MA_MASTER_KEY`, which a database on a server needs;
     else the data directory's `master.key`), reading the files only: the counts, and where from and
@@ -191,7 +219,7 @@ def copy_keys_to_records(settings: Settings) -> tuple[KeyCopy, str, str]:
     )
     from market_analyst.persistence.keys.files import FileKeyStore
     from market_analyst.persistence.keys.postgres import PostgresKeyStore
-    from market_analyst.persistence.migrate import copy_keys
+    from market_analyst.persistence.migrate import copy_keys, made_before
 
     source, target = FileKeyStore(settings.data_dir / "keys"), PostgresKeyStore(postgres_server(settings))
     configured = settings.secret("master_key")
@@ -225,7 +253,7 @@ def copy_keys_to_records(settings: Settings) -> tuple[KeyCopy, str, str]:
             "is; set the MA_MASTER_KEY that wrapped it and run the copy again"
         )
 
-    return copy_keys(source, target, rewrap), source.location, target.location
+    return copy_keys(source, target, rewrap, erased or made_before(None)), source.location, target.location
 
 
 def postgres_server(settings: Settings) -> PostgresServer:

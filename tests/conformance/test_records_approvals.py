@@ -115,7 +115,30 @@ def test_a_copy_after_the_switch_carries_what_the_file_log_gained_and_names_what
     found = copy_audit(log, audit)
     assert (found.copied, found.present, found.carried, len(found.left)) == (0, 1, [6], 5), found
     assert "erased in the data directory after the copy" in found.left[0]
-    assert "is an erasure made after the copy" in found.left[-1]
+    assert "records an erasure made in the data directory after the copy" in found.left[-1]
+    assert audit.verify().problem is None
+    # The same forget on the database: then the file's erasure is present there too, and nothing is
+    # named again.
+    audit.erase_user("bob", "2026-01-07T00:00:00+00:00")
+    assert copy_audit(log, audit) == AuditCopy(0, 7)
+    assert audit.verify().problem is None
+
+
+def test_an_erasure_made_on_the_files_after_the_copy_is_never_copied_as_if_the_database_had_made_it(
+    tmp_path: Path, postgres_url: str
+):
+    log = AuditLog(tmp_path / "data" / "audit")
+    for n in range(3):
+        log.append(_event(n, actor="zed" if n == 1 else "bob"))
+    audit = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
+    assert copy_audit(log, audit) == AuditCopy(3, 0)
+    log.erase_user("zed", "2026-01-03T00:00:00+00:00")  # its erasure entry would follow the database's chain
+    found = copy_audit(log, audit)
+    assert (found.copied, found.present, found.carried, len(found.left)) == (0, 2, [], 2), found
+    assert [e["action"] for e in audit.entries()] == ["approved"] * 3  # no erasure claimed there
+    assert [e["actor"] for e in audit.entries()] == ["bob", "zed", "bob"]  # and zed's words still there
+    audit.erase_user("zed", "2026-01-04T00:00:00+00:00")
+    assert copy_audit(log, audit) == AuditCopy(0, 4)  # done there too: nothing left to name
     assert audit.verify().problem is None
 
 

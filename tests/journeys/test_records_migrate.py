@@ -8,6 +8,7 @@ import hashlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -135,7 +136,7 @@ def test_migrate_an_empty_data_directory_says_so(cli: Cli):
 
 def test_migrate_copies_approvers_secret_and_audit_log(cli: Cli):
     token = cli.ok("approvers", "add", "bob").stdout.strip()
-    cli.ok("approvers", "add", "cy", "--role", "reviewer")
+    cy = cli.ok("approvers", "add", "cy", "--role", "reviewer").stdout.strip()
     cli.ok("analyze", "NVDA", "--thread-id", "t-audit", "--user", "ann")
     cli.ok("approve", "t-audit", "--user", "bob")
     cli.ok("analyze", "MSFT", "--thread-id", "t-reject")
@@ -179,6 +180,18 @@ def test_migrate_copies_approvers_secret_and_audit_log(cli: Cli):
     assert cli.ok("status", "t-waiting", "--json").json()["request"] == waiting["request"]
     cli.ok("approve", "t-waiting", "--user", "bob")
     assert cli.ok("status", "t-waiting", "--json").json()["status"] == "published"
+
+    # Run again after the switch, the copy brings back nothing the database erased since: not a
+    # removed approver (whose token would work again), not a forgotten user's keys or reports.
+    assert open_approvers(settings).authenticate(cy) is not None
+    cli.ok("approvers", "remove", "cy")
+    cli.ok("forget", "--user", "ann", "--yes")
+    later = cli.ok("records", "migrate", "--to", "postgres")
+    # ann's two threads' keys; her report went from the directory too (forget reaches both archives).
+    assert "2 threads' keys erased there since the last copy, not copied back" in later.stdout, later.stdout
+    assert open_approvers(Settings.load(environ=cli.env, dotenv=None)).authenticate(cy) is None
+    assert "cy" not in cli.ok("approvers", "list").stdout
+    assert cli.ok("reports", "list", "--user", "ann", "--json").json() == []
 
 
 def test_migrate_errors_are_one_line(cli: Cli, tmp_path: Path):
@@ -264,3 +277,19 @@ def test_migrate_while_serve_approves_leaves_no_approval_behind_before_or_after_
         published.add(shown["key"])
     listed = {r["key"] for r in cli.ok("reports", "list", "--user", "ann", "--limit", "50", "--json").json()}
     assert published <= listed and len(published) == len(threads)
+
+
+def test_a_report_erased_in_the_database_after_the_copy_is_not_copied_back(cli: Cli):
+    keys = write_reports(cli.data_dir / "reports", 3)
+    cli.ok("records", "migrate", "--to", "postgres")
+    with psycopg.connect(cli.env["POSTGRES_URL"], autocommit=True) as conn:  # as forget does there
+        conn.execute("DELETE FROM ma_archive_reports WHERE key = %s", (keys[1],))
+    again = cli.ok("records", "migrate", "--to", "postgres")
+    assert "1 reports erased there since the last copy, not copied back" in again.stdout, again.stdout
+    assert sorted(stored(cli.env["POSTGRES_URL"])) == sorted([keys[0], keys[2]])
+    # A report published into the directory after the copy (dated then) is still copied.
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    document = dict(report_document(3), created_at=now, approved_at=now)
+    (cli.data_dir / "reports" / f"{document['key']}.json").write_bytes(render_document(document))
+    third = cli.ok("records", "migrate", "--to", "postgres")
+    assert document["key"] in stored(cli.env["POSTGRES_URL"]), third.stdout

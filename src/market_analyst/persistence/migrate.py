@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from market_analyst.errors import UserError
 from market_analyst.persistence.approvers.files import ApproverStore
@@ -27,6 +29,8 @@ from market_analyst.persistence.audit.postgres import PostgresAuditLog
 from market_analyst.persistence.keys.base import WrappedKey
 from market_analyst.persistence.keys.files import FileKeyStore
 from market_analyst.persistence.keys.postgres import PostgresKeyStore
+from market_analyst.persistence.postgres.records import RecordsTables
+from market_analyst.persistence.postgres.server import PostgresServer
 
 # Documents a copy sends in one transaction: few enough that a killed copy loses little work.
 COPY_BATCH = 500
@@ -40,7 +44,59 @@ __all__ = [
     "copy_archive",
     "copy_audit",
     "copy_keys",
+    "CopyMarks",
+    "made_before",
 ]
+
+
+class CopyMarks:
+    """When each data directory's last complete copy started, in the records database: what a copy
+    run again finds missing there and made before that moment was copied then and erased there since
+    (a removed approver, a forgotten user's keys and reports), so it is not copied back."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        self.tables = RecordsTables(
+            server,
+            "records-copies",
+            ("CREATE TABLE ma_records_copies (source text PRIMARY KEY, started_at timestamptz NOT NULL)",),
+        )
+
+    def since(self, source: str) -> datetime | None:
+        with self.tables.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT started_at FROM ma_records_copies WHERE source = %s", (source,))
+            row = cur.fetchone()
+        return row["started_at"] if row else None
+
+    def mark(self, source: str, started: datetime) -> None:
+        with self.tables.connect() as conn, conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO ma_records_copies (source, started_at) VALUES (%s, %s) "
+                "ON CONFLICT (source) DO UPDATE SET started_at = EXCLUDED.started_at",
+                (source, started),
+            )
+
+
+def made_before(since: datetime | None) -> Callable[[Any], bool]:
+    """Whether a record made at the given time (ISO text) is older than `since`: then, missing from
+    the database, it was erased there. Never, on a first copy; a time that does not read is not older."""
+
+    # Records are dated to the second: one dated in the second or two before the copy began may have
+    # been written just after the copy read its store, so it counts as newer.
+    limit = since - timedelta(seconds=2) if since is not None else None
+
+    def older(made: Any) -> bool:
+        if limit is None:
+            return False
+        try:
+            at = datetime.fromisoformat(str(made).replace("Z", "+00:00"))
+        except ValueError:
+            return str(made) == ""  # a key made before keys were dated
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)) < limit
+
+    return older
+
+
+NOTHING_ERASED = made_before(None)  # a first copy: whatever the database lacks is copied
 
 
 def copy_archive(
@@ -49,6 +105,7 @@ def copy_archive(
     *,
     batch: int = COPY_BATCH,
     progress: Callable[[CopyCounts], None] | None = None,
+    erased: Callable[[Any], bool] = NOTHING_ERASED,
 ) -> CopyCounts:
     """Copy every document of the directory archive `source` into `target`, reading the source only.
 
@@ -59,7 +116,7 @@ def copy_archive(
     already present."""
     counts = CopyCounts()
     keys = _source_keys(source)
-    with target.copying(counts) as put:
+    with target.copying(counts, erased=lambda item: erased(item[1].get("created_at"))) as put:
         for start in range(0, len(keys), batch):
             chunk = [_read_source(source, key, counts) for key in keys[start : start + batch]]
             put([item for item in chunk if item is not None])
@@ -95,10 +152,14 @@ def _read_source(source: ReportArchive, key: str, counts: CopyCounts) -> StoredD
     return key, document, data
 
 
-def copy_approvers(source: ApproverStore, target: PostgresApproverStore) -> tuple[int, int]:
+def copy_approvers(
+    source: ApproverStore, target: PostgresApproverStore, erased: Callable[[Any], bool] = NOTHING_ERASED
+) -> tuple[int, int]:
     """Copy every approver (its token hash, so its token keeps working) and the session secret (so
     signed-in sessions stay signed in): (copied, present already), counting the secret as one.
-    An approver or secret the target holds with another value is refused before anything is copied."""
+    An approver or secret the target holds with another value is refused before anything is copied;
+    one the target lacks that was made before the last copy (`erased`) was removed there, and stays
+    removed."""
     secret = source.stored_session_secret()
     held = target.stored_session_secret()
     if secret is not None and held is not None and held != secret:
@@ -106,7 +167,9 @@ def copy_approvers(source: ApproverStore, target: PostgresApproverStore) -> tupl
             "the records database has a session secret of its own, not the data directory's; nothing "
             "was copied (keeping either signs the other's sessions out: delete one to choose)"
         )
-    copied, present = target.put_stored(source.stored())
+    names = {entry["name"] for entry in target.stored()}
+    entries = [e for e in source.stored() if e["name"] in names or not erased(e.get("created_at"))]
+    copied, present = target.put_stored(entries)
     if secret is not None:
         if target.put_session_secret(secret):
             copied += 1
@@ -145,10 +208,12 @@ def copy_audit(source: AuditLog, target: PostgresAuditLog) -> AuditCopy:
             raise UserError(f"the audit log does not verify ({found.problem}); nothing was copied")
         entries = source.stored()
     result = AuditCopy()
+    event_of = {int(entry["seq"]): str(entry.get("event_id")) for entry in entries}
     shared = False  # whether both logs hold an entry: carried entries need a history in common
     for entry in entries:
+        names = [event_of.get(int(seq), "") for seq in entry.get("erased_seqs") or []]
         try:
-            outcome = target.append_stored(entry, carry=shared)
+            outcome = target.append_stored(entry, carry=shared, names=names)
         except NotCopied as exc:
             if not (shared or exc.held):
                 raise UserError(f"{exc}; nothing was copied") from None
@@ -175,10 +240,14 @@ class KeyCopy:
     copied: int = 0
     present: int = 0
     left: list[str] = field(default_factory=list)
+    erased: int = 0  # missing there, made before the last copy: erased there since
 
 
 def copy_keys(
-    source: FileKeyStore, target: PostgresKeyStore, rewrap: Callable[[WrappedKey], WrappedKey]
+    source: FileKeyStore,
+    target: PostgresKeyStore,
+    rewrap: Callable[[WrappedKey], WrappedKey],
+    erased: Callable[[Any], bool] = NOTHING_ERASED,
 ) -> KeyCopy:
     """Copy every thread's data key (and a staged one) from the data directory, reading it only,
     wrapped as `rewrap` gives it (by the master key the database's hosts use): without its key a
@@ -187,6 +256,9 @@ def copy_keys(
     result = KeyCopy()
     for digest, key in source.stored():
         held = target.by_digest(digest)
+        if held is None and erased(key.created_at):  # its thread was erased there since the last copy
+            result.erased += 1
+            continue
         if held is None:
             held = target.put_stored(digest, rewrap(key))
             if held.key_id == key.key_id:

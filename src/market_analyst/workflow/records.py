@@ -8,7 +8,9 @@ is refused and named, never overwritten.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from market_analyst.deps import (
@@ -17,6 +19,8 @@ from market_analyst.deps import (
     copy_archive_to_records,
     copy_audit_to_records,
     copy_keys_to_records,
+    made_before,
+    records_copy_marks,
     records_location,
 )
 from market_analyst.errors import UserError
@@ -51,6 +55,8 @@ class RecordsMigration:
 
     stores: list[StoreCopy] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Whether a record the database lacks was made before the last complete copy (so erased there).
+    erased: Callable[[Any], bool] = field(default=lambda made: False, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -78,16 +84,21 @@ def migrate_records(settings: Settings, *, to: str) -> RecordsMigration:
         raise UserError(f"records migrate --to {to!r}: the only target is postgres")
     result = RecordsMigration()
     where = records_location(settings)
+    marks, source = records_copy_marks(settings), str(settings.data_dir.resolve())
+    started = datetime.now(UTC)
+    result.erased = made_before(marks.since(source))
     for step in (_approvers, _keys, _audit, _archive):
         try:
             step(settings, where, result)
         except UserError as exc:
             result.problems.append(str(exc))
+    if not result.problems:  # everything made before `started` is now there, or was copied before
+        marks.mark(source, started)
     return result
 
 
 def _approvers(settings: Settings, where: str, result: RecordsMigration) -> None:
-    copied, present = copy_approvers_to_records(settings)
+    copied, present = copy_approvers_to_records(settings, result.erased)
     result.stores.append(
         StoreCopy(
             "approvers",
@@ -102,22 +113,14 @@ def _approvers(settings: Settings, where: str, result: RecordsMigration) -> None
 
 
 def _keys(settings: Settings, where: str, result: RecordsMigration) -> None:
-    keys, source, target = copy_keys_to_records(settings)
-    result.stores.append(
-        StoreCopy(
-            "keys",
-            "data keys",
-            keys.copied,
-            keys.present,
-            source,
-            target,
-            "each wrapped by the hosts' master key",
-        )
-    )
+    keys, source, target = copy_keys_to_records(settings, result.erased)
+    checked = "each wrapped by the hosts' master key" + _erased_since(keys.erased, "threads' keys")
+    result.stores.append(StoreCopy("keys", "data keys", keys.copied, keys.present, source, target, checked))
     if keys.left:
         result.problems.append(
             f"keys: {len(keys.left)} threads have another data key in {target} ({_named(keys.left)}); "
-            "theirs was kept: the thread was made again there"
+            "theirs was kept (the thread was made again there, or given a new key on either side since "
+            "the copy)"
         )
 
 
@@ -143,7 +146,7 @@ def _audit(settings: Settings, where: str, result: RecordsMigration) -> None:
 
 
 def _archive(settings: Settings, where: str, result: RecordsMigration) -> None:
-    counts, source, target = copy_archive_to_records(settings)
+    counts, source, target = copy_archive_to_records(settings, erased=result.erased)
     done = f"{counts.copied} copied, {counts.present} already present"
     if counts.conflicts:
         result.problems.append(
@@ -164,9 +167,13 @@ def _archive(settings: Settings, where: str, result: RecordsMigration) -> None:
                 counts.present,
                 source,
                 target,
-                "every one identical byte for byte",
+                "every one identical byte for byte" + _erased_since(counts.erased, "reports"),
             )
         )
+
+
+def _erased_since(count: int, what: str) -> str:
+    return f"; {count} {what} erased there since the last copy, not copied back" if count else ""
 
 
 @dataclass

@@ -108,6 +108,7 @@ class CopyCounts:
     present: int = 0
     conflicts: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    erased: int = 0  # missing here, made before the last copy: erased here since, not copied back
 
 
 class PostgresArchive(Archive):
@@ -262,16 +263,24 @@ class PostgresArchive(Archive):
     # -- copying another archive in (`persistence.migrate`) ---------------------------------------
 
     @contextmanager
-    def copying(self, counts: CopyCounts) -> Iterator[Callable[[Sequence[StoredDocument]], None]]:
+    def copying(
+        self, counts: CopyCounts, erased: Callable[[StoredDocument], bool] = lambda item: False
+    ) -> Iterator[Callable[[Sequence[StoredDocument]], None]]:
         """One connection for a copy in: yields what stores one batch of documents (in one
         transaction, counted in `counts`), and refreshes the planner's statistics once the copy is
         done, so listings use the indexes at once."""
         with self._connect() as conn:
-            yield lambda items: self._copy_batch(conn, items, counts)
+            yield lambda items: self._copy_batch(conn, items, counts, erased)
             if counts.copied:
                 conn.execute("ANALYZE ma_archive_reports")
 
-    def _copy_batch(self, conn: Any, items: Sequence[StoredDocument], counts: CopyCounts) -> None:
+    def _copy_batch(
+        self,
+        conn: Any,
+        items: Sequence[StoredDocument],
+        counts: CopyCounts,
+        erased: Callable[[StoredDocument], bool],
+    ) -> None:
         if not items:
             return
         keys = [key for key, _, _ in items]
@@ -279,6 +288,9 @@ class PostgresArchive(Archive):
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute(_DIGESTS, (keys,))
                 before = {row["key"]: bytes(row["digest"]) for row in cur.fetchall()}
+                gone = {item[0] for item in items if item[0] not in before and erased(item)}
+                counts.erased += len(gone)
+                items = [item for item in items if item[0] not in gone]
                 missing = [item for item in items if item[0] not in before]
                 if missing:
                     cur.executemany(

@@ -11,6 +11,7 @@ of writers append in one order, and entries cut from the end are noticed by `ver
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from market_analyst.errors import UserError
@@ -94,13 +95,18 @@ class PostgresAuditLog(AuditChain):
             self._insert(cur, entry)
         return entry
 
-    def append_stored(self, entry: dict[str, Any], *, carry: bool = False) -> str:
+    def append_stored(self, entry: dict[str, Any], *, carry: bool = False, names: Sequence[str] = ()) -> str:
         """Append an entry another log stored: "copied" when it follows the log's last entry (it keeps
         its number, links and hashes), "present" when the log holds that event already (as it was, as
         carried, or with its personal content erased here since). With `carry`, an entry that does not
         follow (this log has entries of its own since the copy) is appended after them, its content as
-        it was and `copied_from` naming where it stood: "carried". Otherwise, and for an erasure or an
-        entry erased at the source (which would not verify here), `NotCopied` names it."""
+        it was and `copied_from` naming where it stood: "carried". Otherwise `NotCopied` names it.
+
+        An erasure entry, whose `names` are the events of the entries it erased, is taken only when
+        this log holds each of them erased: as it is where it follows, and as present otherwise (this
+        log recorded that erasure itself). One that would claim an erasure this log has not made, and
+        an entry erased at the source that this log never held, are named instead."""
+        name = f"audit entry {entry.get('seq')} ({entry.get('event_id')})"
         with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
             last = self._lock_head(cur)
             cur.execute(
@@ -112,7 +118,6 @@ class PostgresAuditLog(AuditChain):
                     self._parse(found["body"], found["seq"]), entry
                 ):
                     return "present"
-                name = f"audit entry {entry.get('seq')} ({entry.get('event_id')})"
                 if entry.get("personal") == {"erased": True}:
                     raise NotCopied(
                         f"{name} was erased in the data directory after the copy, and not in the records "
@@ -126,21 +131,39 @@ class PostgresAuditLog(AuditChain):
                 )
             expected = (last["seq"] + 1) if last else 1
             link = last["hash"] if last else GENESIS
-            if entry.get("seq") == expected and entry.get("prev") == link:
+            follows = entry.get("seq") == expected and entry.get("prev") == link
+            if entry.get("action") == "erased":
+                if not self._all_erased(cur, names):
+                    raise NotCopied(
+                        f"{name} records an erasure made in the data directory after the copy, of entries "
+                        "the records database still holds in full: run the same forget there",
+                        held=True,
+                    )
+                if not follows:
+                    return "present"  # erased here too, and recorded by this log's own erasure entry
+            if follows:
                 self._insert(cur, entry)
                 return "copied"
             if not carry:
+                raise NotCopied(f"{name} does not follow the records database's last entry ({expected - 1})")
+            if entry.get("personal") == {"erased": True}:
                 raise NotCopied(
-                    f"audit entry {entry.get('seq')} does not follow the records database's last entry "
-                    f"({expected - 1})"
-                )
-            if entry.get("action") == "erased" or entry.get("personal") == {"erased": True}:
-                raise NotCopied(
-                    f"audit entry {entry.get('seq')} ({entry.get('event_id')}) is an erasure made after the "
-                    "copy, which the records database's chain cannot take as it is"
+                    f"{name} was written and erased in the data directory after the copy: the records "
+                    "database never held it, and nothing of it is left to carry",
+                    held=True,
                 )
             self._insert(cur, carried_entry(entry, last))
         return "carried"
+
+    @staticmethod
+    def _all_erased(cur: Any, events: Sequence[str]) -> bool:
+        """Whether this log holds every one of `events` with its personal content erased."""
+        if not events:
+            return True
+        cur.execute("SELECT seq, body FROM ma_audit_entries WHERE event_id = ANY(%s)", (list(events),))
+        rows = cur.fetchall()
+        held = [json.loads(row["body"]) for row in rows]
+        return len(held) == len(set(events)) and all(e.get("personal") == {"erased": True} for e in held)
 
     def erase_user(self, user_id: str, at: str) -> int:
         """Replace `user_id`'s personal content in every entry with an erasure marker and record the
