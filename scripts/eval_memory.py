@@ -43,7 +43,7 @@ from typing import Any, cast
 
 from market_analyst.choices import RecallMode
 from market_analyst.deps import open_memory
-from market_analyst.nodes.recall import RECALL_LIMIT, TRAIL_LIMIT, recall_query
+from market_analyst.nodes.recall import RECALL_LIMIT, gather, recall_query
 from market_analyst.ports import MemoryStore
 from market_analyst.settings import Settings
 from market_analyst.state import Memory, memory_id
@@ -149,11 +149,12 @@ def ask(store: MemoryStore, question: Question, mode: RecallMode) -> list[Memory
 
 
 def ask_as_a_run(store: MemoryStore, question: Question) -> list[Memory]:
-    """`question` asked as a run on its ticker gathers what was said: the ticker's decision trail
-    first (newest first, whatever the question), then what recall by meaning finds, none twice."""
-    trail, _ = store.trail(question.owner, question.ticker, limit=TRAIL_LIMIT) if question.ticker else ([], 0)
-    shown = {memory.id for memory in trail}
-    similar = [m for m in ask(store, question, PRODUCT_MODE) if m.id not in shown]
+    """`question` asked as a run on its ticker gathers what was said (`nodes.recall.gather`): the
+    ticker's decision trail first (newest first, whatever the question), then what recall by meaning
+    finds, none twice. Without a ticker, recall by meaning alone."""
+    if not question.ticker:
+        return ask(store, question, PRODUCT_MODE)
+    trail, _, similar = gather(store, question.owner, question.ticker, question.text, REFERENCE_DATE)
     return [*trail, *similar]
 
 
@@ -203,6 +204,11 @@ def evaluate(
             found = ask(store, question, mode)
             scores[mode].leaks += _leaks(found, question, key_of)
             scores[mode].off_topic.append(len(found))
+    as_a_run = []  # the 120 questions, everything a run's two lists hold (up to 3 + 5)
+    for question in questions:
+        found = ask_as_a_run(store, question)
+        scores[PRODUCT_MODE].leaks += _leaks(found, question, key_of)
+        as_a_run.append(score([key_of.get(memory.id, "") for memory in found], question.answers)[0])
     vague_scores: dict[str, list[float]] = {"run": [], "by_meaning": []}
     for question in vague:
         for how, found in (
@@ -237,6 +243,7 @@ def evaluate(
             }
             for mode, s in scores.items()
         },
+        "recall_as_a_run": statistics.fmean(as_a_run) if as_a_run else None,
         "vague_questions": len(vague),
         "vague_recall_at_5": statistics.fmean(vague_scores["run"]) if vague else None,
         "vague_recall_at_5_by_meaning": statistics.fmean(vague_scores["by_meaning"]) if vague else None,
@@ -365,6 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             + ", ".join(f"{mode} {m['query_ms_p50']:.1f} ms" for mode, m in figures["modes"].items())
             + "\n"
         )
+        if figures.get("recall_as_a_run") is not None:
+            out.write(
+                f"the {figures['questions']} questions as a run asks them (the ticker's trail, then up to "
+                f"{LIMIT} by meaning): recall {figures['recall_as_a_run']:.3f}\n"
+            )
         if figures.get("vague_questions"):
             out.write(
                 f"vague questions ({figures['vague_questions']}): recall@5 as a run asks them (the ticker's "

@@ -181,6 +181,9 @@ class Draft(BaseModel):
 # A memory is a note of a line or a paragraph: a reviewer's feedback, a reason, a report's summary.
 MAX_MEMORY_CHARS = 1000
 MEMORY_KINDS: tuple[str, ...] = ("feedback", "rejection", "approval_note", "report", "remembered")
+# The kinds a thread's decisions and publication leave (a ticker's decision trail), in the order a
+# thread leaves them.
+TRAIL_KINDS: tuple[str, ...] = ("feedback", "rejection", "approval_note", "report")
 # The namespace of memory IDs: fixed, so the same source gives the same ID on every machine.
 _MEMORY_NAMESPACE = uuid.UUID("5b0c2a52-4f4e-4b8e-9a57-6d656d6f7279")
 

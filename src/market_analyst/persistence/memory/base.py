@@ -19,11 +19,7 @@ from market_analyst.errors import UserError
 from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.points import from_payload
 from market_analyst.persistence.memory.search import Recall, within_budget
-from market_analyst.state import Memory, check_memory_ref, validate_user_id
-
-# The kinds of memory a thread's decisions and publication leave (a ticker's decision trail), in the
-# order a thread leaves them.
-TRAIL_KINDS = ("feedback", "rejection", "approval_note", "report")
+from market_analyst.state import TRAIL_KINDS, Memory, check_memory_ref, validate_user_id
 
 
 class Ranking(TypedDict, total=False):

