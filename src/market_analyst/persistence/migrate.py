@@ -78,10 +78,11 @@ class CopyMarks:
 
 def made_before(since: datetime | None) -> Callable[[Any], bool]:
     """Whether a record made at the given time (ISO text) is older than `since`: then, missing from
-    the database, it was erased there. Never, on a first copy; a time that does not read is not older."""
+    the database, it was erased there. Never, on a first copy. A time that does not read is not
+    older, but no time at all is (a key made before keys were dated)."""
 
-    # Records are dated to the second: one dated in the second or two before the copy began may have
-    # been written just after the copy read its store, so it counts as newer.
+    # Records are dated to the second, truncated: one written just as the last copy began may carry
+    # a time up to a second before it, so the two seconds before `since` count as newer.
     limit = since - timedelta(seconds=2) if since is not None else None
 
     def older(made: Any) -> bool:
