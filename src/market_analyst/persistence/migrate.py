@@ -71,7 +71,10 @@ class CopyMarks:
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO ma_records_copies (source, started_at) VALUES (%s, %s) "
-                "ON CONFLICT (source) DO UPDATE SET started_at = EXCLUDED.started_at",
+                # Two copies finishing out of order keep the later start: everything made before it
+                # was there when that copy ended.
+                "ON CONFLICT (source) DO UPDATE "
+                "SET started_at = GREATEST(ma_records_copies.started_at, EXCLUDED.started_at)",
                 (source, started),
             )
 
