@@ -86,14 +86,20 @@ def test_the_file_stores_copy_into_postgres_once_and_their_tokens_keep_working(
     assert audit.verify().entries == 7
 
 
-def test_a_copy_after_the_switch_carries_what_the_file_log_gained_and_names_what_it_cannot(
-    tmp_path: Path, postgres_url: str
-):
+def _copied_three(tmp_path: Path, postgres_url: str) -> tuple[AuditLog, PostgresAuditLog]:
+    """A file log of three entries (the second zed's, the others bob's), copied whole into a database."""
     log = AuditLog(tmp_path / "data" / "audit")
     for n in range(3):
         log.append(_event(n, actor="zed" if n == 1 else "bob"))
     audit = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
     assert copy_audit(log, audit) == AuditCopy(3, 0)
+    return log, audit
+
+
+def test_a_copy_after_the_switch_carries_what_the_file_log_gained_and_names_what_it_cannot(
+    tmp_path: Path, postgres_url: str
+):
+    log, audit = _copied_three(tmp_path, postgres_url)
     # Hosts switched: the database gains entries of its own; a host still on the files adds two.
     audit.append(_event(10))
     log.append(_event(11))
@@ -127,11 +133,7 @@ def test_a_copy_after_the_switch_carries_what_the_file_log_gained_and_names_what
 def test_an_erasure_made_on_the_files_after_the_copy_is_never_copied_as_if_the_database_had_made_it(
     tmp_path: Path, postgres_url: str
 ):
-    log = AuditLog(tmp_path / "data" / "audit")
-    for n in range(3):
-        log.append(_event(n, actor="zed" if n == 1 else "bob"))
-    audit = PostgresAuditLog(postgres_server(records_settings(postgres_url, tmp_path / "data")))
-    assert copy_audit(log, audit) == AuditCopy(3, 0)
+    log, audit = _copied_three(tmp_path, postgres_url)
     log.erase_user("zed", "2026-01-03T00:00:00+00:00")  # its erasure entry would follow the database's chain
     found = copy_audit(log, audit)
     assert (found.copied, found.present, found.carried, len(found.left)) == (0, 2, [], 2), found
