@@ -21,6 +21,8 @@ from market_analyst.ports import (
     AuditEvent,
     AuditWriter,
     ChatModel,
+    Event,
+    EventOutbox,
     MarketDataProvider,
     MemoryStore,
     ProfileReader,
@@ -33,6 +35,13 @@ class _NoAudit:
 
     def append(self, event: AuditEvent) -> dict[str, Any]:
         return {}
+
+
+class _NoEvents:
+    """For graphs that notify no one (no webhook is configured, or a test's bare graph): keeps nothing."""
+
+    def put(self, event: Event) -> None:
+        return None
 
 
 class _NoMemory:
@@ -121,3 +130,4 @@ class Deps:
     # copies no memory outbox after the run (LangGraph's server). Elsewhere the decision never waits
     # on the memory store: the command copies the outbox after it (workflow/memory_outbox.py).
     write_memories: bool = False
+    events: EventOutbox = field(default_factory=_NoEvents)  # what people are told (notifications)

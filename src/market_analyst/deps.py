@@ -9,6 +9,7 @@ it turns the settings into the URLs, paths and servers each adapter takes. The i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from market_analyst.persistence.archive.postgres import CopyCounts as ArchiveCopy
     from market_analyst.persistence.keys.base import Keyring, KeyStore
     from market_analyst.persistence.migrate import AuditCopy, KeyCopy
+    from market_analyst.persistence.notifications.delivery import Queue
+    from market_analyst.persistence.notifications.store import NotificationStore
 
 __all__ = [
     "Approver",
@@ -490,10 +493,47 @@ def memory_marker_key(settings: Settings) -> Callable[[], bytes]:
     return lambda: marker_key(store.session_secret())
 
 
+def open_events(settings: Settings) -> NotificationStore:
+    """The event outbox and its deliveries, in the records database (`MA_RECORDS=postgres`) or, with
+    the records in files, the data directory's embedded server (`POSTGRES_URL`'s when set), which
+    the job queue needs."""
+    from market_analyst.persistence.notifications.store import NotificationStore
+
+    return NotificationStore(postgres_server(settings))
+
+
+def open_queue(settings: Settings) -> Queue:
+    """The job queue that delivers events to the configured receivers (`MA_WEBHOOK_URL`)."""
+    from market_analyst.persistence.notifications import webhook
+    from market_analyst.persistence.notifications.delivery import Queue, Receiver
+
+    receivers = []
+    url, secret = settings.webhook_url, settings.secret("webhook_secret")
+    if url and secret:
+        public = settings.public_url
+        receivers.append(Receiver("webhook", lambda event: webhook.send(url, secret, event, public)))
+    return Queue(
+        postgres_server(settings),
+        open_events(settings),
+        receivers,
+        attempts=settings.webhook_attempts,
+        backoff=settings.webhook_backoff.total_seconds(),
+    )
+
+
+def background_worker(queue: Queue) -> Any:
+    """A worker of `queue` on a thread of its own, started (`stop()` ends it)."""
+    from market_analyst.persistence.notifications.delivery import BackgroundWorker
+
+    worker = BackgroundWorker(queue)
+    worker.start()
+    return worker
+
+
 def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) -> Deps:
     """The dependencies `settings` describe. Opens nothing until a node uses it; `notify` hears what a
     long step is waiting for (a model that does not answer at once)."""
-    return Deps(
+    deps = Deps(
         market_data=open_market_data(settings),
         profiles=open_profiles(settings),
         archive=open_archive(settings),
@@ -506,3 +546,4 @@ def build_deps(settings: Settings, notify: Callable[[str], None] | None = None) 
         memory=open_memory(settings),
         seal=decision_seal(settings),
     )
+    return dataclasses.replace(deps, events=open_events(settings)) if settings.notifies else deps

@@ -6,6 +6,7 @@ line that names the variable. Nothing else in the package reads the environment.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import (
     BaseSettings,
@@ -78,6 +79,11 @@ VARIABLES: dict[str, str] = {
     "MA_REQUEST_TIMEOUT": "10",
     "MA_CLOCK_SKEW": "30s",
     "MA_PUBLISH_RETRY": "30s",
+    "MA_PUBLIC_URL": "http://127.0.0.1:8000",
+    "MA_WEBHOOK_URL": "",
+    "MA_WEBHOOK_SECRET": "",
+    "MA_WEBHOOK_ATTEMPTS": "8",
+    "MA_WEBHOOK_BACKOFF": "10s",
 }
 # The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
 MAX_EPOCH = 253_402_300_799
@@ -85,8 +91,8 @@ MAX_EPOCH = 253_402_300_799
 LEASE_TTL_BOUNDS = (1.0, 86_400.0)
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
-_DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_DURATION = re.compile(r"^(\d+)\s*(ms|[smhdw])$")
+_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 def parse_duration(text: str, what: str) -> timedelta:
@@ -188,6 +194,11 @@ class Settings(BaseSettings):
     )
     clock_skew: timedelta = Field(default=timedelta(seconds=30), validation_alias="MA_CLOCK_SKEW")
     publish_retry: timedelta = Field(default=timedelta(seconds=30), validation_alias="MA_PUBLISH_RETRY")
+    public_url: str = _var("MA_PUBLIC_URL")
+    webhook_url: str | None = Field(default=None, validation_alias="MA_WEBHOOK_URL", repr=False)
+    webhook_secret: SecretStr | None = _var("MA_WEBHOOK_SECRET")
+    webhook_attempts: int = Field(default=8, ge=1, le=30, validation_alias="MA_WEBHOOK_ATTEMPTS")
+    webhook_backoff: timedelta = Field(default=timedelta(seconds=10), validation_alias="MA_WEBHOOK_BACKOFF")
 
     @field_validator(
         "checkpointer",
@@ -247,7 +258,13 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "max_draft_age", "session_idle", "session_max", "clock_skew", "publish_retry", mode="before"
+        "max_draft_age",
+        "session_idle",
+        "session_max",
+        "clock_skew",
+        "publish_retry",
+        "webhook_backoff",
+        mode="before",
     )
     @classmethod
     def _age(cls, value: Any) -> Any:
@@ -279,7 +296,7 @@ class Settings(BaseSettings):
             raise ValueError("must be at most 1h (clocks further apart than that need fixing, not allowing)")
         return value
 
-    @field_validator("qdrant_url", mode="after")
+    @field_validator("qdrant_url", "webhook_url", "public_url", mode="after")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -287,7 +304,37 @@ class Settings(BaseSettings):
         scheme, _, rest = value.partition("://")
         if scheme.lower() not in ("http", "https") or not rest.strip("/"):
             raise ValueError("must be an http:// or https:// URL such as http://localhost:6333")
+        return value.rstrip("/")
+
+    @field_validator("webhook_backoff", mode="after")
+    @classmethod
+    def _backoff(cls, value: timedelta) -> timedelta:
+        if not timedelta(milliseconds=10) <= value <= timedelta(hours=1):
+            raise ValueError("must be between 10ms and 1h")
         return value
+
+    @field_validator("webhook_secret", mode="after")
+    @classmethod
+    def _webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return value
+        text = value.get_secret_value()
+        try:
+            key = base64.b64decode(text.removeprefix("whsec_"), validate=True)
+        except ValueError:
+            key = b""
+        if not text.startswith("whsec_") or len(key) < 24:
+            raise ValueError(
+                "must be a Standard Webhooks secret: 'whsec_' and at least 24 random bytes in base64 "
+                "(make one with: echo whsec_$(head -c 32 /dev/urandom | base64))"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _webhook_pair(self) -> Settings:
+        if self.webhook_url and self.webhook_secret is None:
+            raise ValueError("MA_WEBHOOK_URL needs MA_WEBHOOK_SECRET, the key its requests are signed with")
+        return self
 
     # Defined last, so it runs before every other "before" validator: a value's surrounding spaces
     # never count, and one that is only spaces means the default, as an empty one does.
@@ -345,7 +392,15 @@ class Settings(BaseSettings):
         """The current UTC time, or the fixed time `SOURCE_DATE_EPOCH` names (reproducible runs)."""
         return self.fixed_now or datetime.now(UTC)
 
-    def secret(self, name: Literal["openai_api_key", "qdrant_api_key", "master_key"]) -> str | None:
+    @property
+    def notifies(self) -> bool:
+        """Whether any event has somewhere to go (a webhook): only then are events written and a
+        worker run."""
+        return self.webhook_url is not None
+
+    def secret(
+        self, name: Literal["openai_api_key", "qdrant_api_key", "master_key", "webhook_secret"]
+    ) -> str | None:
         """The plain value of a secret setting, for the one adapter that sends it."""
         value: SecretStr | None = getattr(self, name)
         return value.get_secret_value() if value is not None else None

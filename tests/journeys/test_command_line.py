@@ -14,7 +14,7 @@ import pytest
 from tests.support import REPO
 from tests.support.cli import Cli, clean_environ, market_analyst_command
 
-GROUPS = ["reports", "profile", "memories", "db", "approvers", "audit"]
+GROUPS = ["reports", "profile", "memories", "db", "approvers", "audit", "notifications"]
 
 
 def test_the_program_alone_prints_its_help(cli: Cli):

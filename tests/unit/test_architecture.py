@@ -89,6 +89,10 @@ def test_settings_read_exactly_the_variables_env_example_lists():
         ("MA_ALLOWED_HOSTS", "ok.example,bad/name", "'bad/name' is not a host name"),
         ("MA_TRUSTED_PROXIES", "10.0.0.0/8,proxy", "'proxy' is not an IP address or network"),
         ("MA_REQUEST_TIMEOUT", "0", "MA_REQUEST_TIMEOUT='0'"),
+        ("MA_WEBHOOK_SECRET", "hunter2", "MA_WEBHOOK_SECRET: must be a Standard Webhooks secret"),
+        ("MA_WEBHOOK_URL", "ftp://h.example/x", "MA_WEBHOOK_URL='ftp://h.example/x': must be an http"),
+        ("MA_WEBHOOK_BACKOFF", "1ms", "MA_WEBHOOK_BACKOFF='1ms': must be between 10ms and 1h"),
+        ("MA_WEBHOOK_ATTEMPTS", "0", "MA_WEBHOOK_ATTEMPTS='0'"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str, needle: str):
@@ -97,6 +101,14 @@ def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str, ne
     with pytest.raises(UserError) as error:
         Settings.load(environ={name: value}, dotenv=None)
     assert needle in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_webhook_without_its_secret_is_refused_in_one_line():
+    from market_analyst.errors import UserError
+
+    with pytest.raises(UserError) as error:
+        Settings.load(environ={"MA_WEBHOOK_URL": "https://hooks.example/ma"}, dotenv=None)
+    assert "MA_WEBHOOK_URL needs MA_WEBHOOK_SECRET" in str(error.value) and "\n" not in str(error.value)
 
 
 def test_the_environment_wins_over_dotenv(tmp_path: Path):

@@ -23,7 +23,19 @@ import typer.main
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
-from market_analyst.cli import approvers, audit, db, memories, operate, profile, records, reports, runs, serve
+from market_analyst.cli import (
+    approvers,
+    audit,
+    db,
+    memories,
+    notifications,
+    operate,
+    profile,
+    records,
+    reports,
+    runs,
+    serve,
+)
 from market_analyst.cli.output import guard_output
 from market_analyst.errors import USER_ERROR_EXIT, RunStopped, ServiceUnavailable, UserError
 
@@ -48,6 +60,8 @@ app.add_typer(approvers.app, name="approvers")
 app.add_typer(audit.app, name="audit")
 app.add_typer(records.app, name="records")
 app.command()(serve.serve)
+app.command()(notifications.worker)
+app.add_typer(notifications.app, name="notifications")
 
 
 @functools.cache

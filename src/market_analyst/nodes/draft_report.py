@@ -7,10 +7,13 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from market_analyst.context import Deps
+from market_analyst.decisions import content_hash
 from market_analyst.formatting import pct, price, signed_pct, who_said
+from market_analyst.ports import Event, event_id_for
 from market_analyst.rendering import profile_statement, render_markdown
 from market_analyst.state import AnalystState, Draft, ProfileUsed
 
@@ -42,7 +45,7 @@ def memory_line(memory: dict[str, Any]) -> dict[str, Any]:
     return line
 
 
-def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
+def draft_report(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps]) -> dict[str, Any]:
     """Assemble the draft. The draft holds no time: the same inputs give the same draft, byte for byte;
     when it was made is kept beside it (`drafted_at`), for its age."""
     market, analysis = state["market"], state.get("analysis")
@@ -98,6 +101,21 @@ def draft_report(state: AnalystState, runtime: Runtime[Deps]) -> dict[str, Any]:
     draft = Draft.model_validate(content)
     # A new draft voids any earlier decision: an approval names the draft it approved.
     drafted_at = runtime.context.now().isoformat(timespec="seconds")
+    thread_id = str(config["configurable"]["thread_id"])
+    # Written before the checkpoint that holds the draft: a re-run after a crash names the same event.
+    runtime.context.events.put(
+        Event(
+            event_id=event_id_for("requested", thread_id, draft.draft_id),
+            kind="requested",
+            at=drafted_at,
+            thread_id=thread_id,
+            ticker=draft.ticker,
+            draft_id=draft.draft_id,
+            content_hash=content_hash(draft.markdown),
+            revision=draft.revision,
+            by=state.get("user_id"),
+        )
+    )
     return {
         "draft": draft.model_dump(mode="json"),
         "drafted_at": drafted_at,

@@ -25,7 +25,7 @@ from market_analyst.decisions import DecisionRequest, approvals_text, content_ha
 from market_analyst.formatting import pct, price, signed_pct
 from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals
 from market_analyst.nodes.record_decision import UNANSWERED, outboxed
-from market_analyst.ports import AuditEvent, MemoryStore, PublishRequest
+from market_analyst.ports import AuditEvent, Event, MemoryStore, PublishRequest, event_id_for
 from market_analyst.state import AnalystState, Approval, Draft, Memory, memory_id, memory_text
 
 
@@ -143,6 +143,19 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
             door=approval.door,
             requester=state.get("user_id"),
             archive_key=result.key,
+        )
+    )
+    runtime.context.events.put(
+        Event(
+            event_id=event_id_for("published", operation_id),
+            kind="published",
+            at=approval.at,
+            thread_id=thread_id,
+            ticker=draft.ticker,
+            draft_id=draft_id,
+            content_hash=content_hash(draft.markdown),
+            revision=draft.revision,
+            by=", ".join(approval.approvers or [approval.by]),
         )
     )
     update: dict[str, Any] = {

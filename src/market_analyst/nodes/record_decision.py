@@ -21,6 +21,7 @@ none is remembered twice.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from datetime import UTC, datetime
 from typing import Any
@@ -36,12 +37,14 @@ from market_analyst.context import Deps
 from market_analyst.decisions import Decision, content_hash, refusal
 from market_analyst.errors import ServiceUnavailable, UserError
 from market_analyst.nodes.human_review import GATE, decision_request, sealed_approvals, unproven
-from market_analyst.ports import AuditEvent
+from market_analyst.ports import AuditEvent, Event, event_id_for
+from market_analyst.ports.notifications import EventKind
 from market_analyst.state import AnalystState, Approval, Memory, MemoryKind, memory_id, memory_text
 
 # What a memory store that cannot answer right now raises: held, damaged, or away.
 UNANSWERED = (UserError, ServiceUnavailable, OSError)
 AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised"}
+EVENT_KINDS: dict[str, EventKind] = {"approve": "counted", "reject": "rejected", "revise": "revised"}
 MEMORY_KINDS: dict[str, MemoryKind] = {
     "approve": "approval_note",
     "reject": "rejection",
@@ -109,9 +112,10 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
         why = None if found is None else str(found)
     if why is not None or decision is None:
         return Command(goto=GATE, update={"decision": None, "refused": why})
+    audited = decision_event_id(thread_id, decision)
     deps.audit.append(
         AuditEvent(
-            event_id=decision_event_id(thread_id, decision),
+            event_id=audited,
             action=AUDIT_ACTIONS[decision.action],
             at=decision.at or deps.now().isoformat(timespec="seconds"),
             thread_id=thread_id,
@@ -128,7 +132,19 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
     update: dict[str, Any] = {"decision": None}
     if (remembered := decision_memory(thread_id, state, decision, deps.now())) is not None:
         update |= outboxed(state, remembered, deps)
+    told = Event(
+        event_id=event_id_for(EVENT_KINDS[decision.action], audited),
+        kind=EVENT_KINDS[decision.action],
+        at=decision.at or deps.now().isoformat(timespec="seconds"),
+        thread_id=thread_id,
+        ticker=state.get("ticker"),
+        draft_id=decision.draft_id,
+        content_hash=digest,
+        revision=int(draft["revision"]),
+        by=decision.by,
+    )
     if decision.action == "revise":
+        deps.events.put(told)
         return Command(goto="analyze", update=update | _revision(state, decision) | _still_held(state, deps))
     record = Approval(
         decision="approved" if decision.action == "approve" else "rejected",
@@ -141,11 +157,16 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
         door=decision.door,
     )
     if decision.action == "reject":
+        deps.events.put(told)
         return Command(goto=END, update=update | {"approval": record.model_dump(mode="json")})
     counted = [*sealed_approvals(state, thread_id, deps.seal), decision]
     update["approvals"] = [a.model_dump(mode="json") for a in counted]
     approvers = list(dict.fromkeys(a.by for a in counted))
     if len(approvers) < deps.policy.required_approvals:
+        # Short of the quorum: the approval counted is news; one that completes it is told as published.
+        deps.events.put(
+            dataclasses.replace(told, approvals=f"{len(approvers)} of {deps.policy.required_approvals}")
+        )
         return Command(goto=GATE, update=update)
     final = record.model_copy(update={"approvers": approvers})
     return Command(goto="publish", update=update | {"approval": final.model_dump(mode="json")})

@@ -25,6 +25,7 @@ from market_analyst.ports.archive import (
 from market_analyst.ports.audit import AuditEvent, AuditRecords, AuditWriter, Verification
 from market_analyst.ports.checkpoints import CheckpointBackend, ThreadIndex, ThreadQuery, ThreadRow
 from market_analyst.ports.memory import Embedder, MemoryStore
+from market_analyst.ports.notifications import Event, EventOutbox, event_id_for
 
 __all__ = [
     "Analyst",
@@ -37,6 +38,8 @@ __all__ = [
     "ChatModel",
     "CheckpointBackend",
     "Embedder",
+    "Event",
+    "EventOutbox",
     "Listing",
     "MarketDataProvider",
     "MemoryStore",
@@ -52,5 +55,6 @@ __all__ = [
     "ThreadQuery",
     "ThreadRow",
     "Verification",
+    "event_id_for",
     "profile_in_use",
 ]

@@ -61,13 +61,24 @@ def warm_up(settings: Settings) -> dict[str, str]:
 def serve(settings: Settings, host: str, port: int) -> None:
     """Run the server until interrupted: one line of log per request (the app writes it, with the
     reason for a refusal), and connections whose request does not arrive in time dropped."""
+    from market_analyst.workflow.finishing import Finisher
+    from market_analyst.workflow.notifications import background_worker
+
+    Finisher(settings).start()  # approved threads whose publication was cut short are finished
+    worker = background_worker(settings)  # delivers events, when a webhook is configured
+    try:
+        _run(settings, host, port)
+    finally:
+        if worker is not None:
+            worker.stop()
+
+
+def _run(settings: Settings, host: str, port: int) -> None:
     import uvicorn
 
     from market_analyst.web.app import create_app
     from market_analyst.web.timeouts import bounded_protocol
-    from market_analyst.workflow.finishing import Finisher
 
-    Finisher(settings).start()  # approved threads whose publication was cut short are finished
     uvicorn.run(
         create_app(settings, bind=host),
         host=host,

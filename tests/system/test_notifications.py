@@ -1,0 +1,233 @@
+"""Events reach people: each one written beside its cause, delivered by the job queue as a Standard
+Webhooks-signed POST to a receiver on loopback that verifies the signature and de-duplicates by ID;
+retried with backoff, dead-lettered, sent again on request; never lost to a killed worker or a killed
+`approve`, and never sent under two IDs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import Cli, run_with_kill
+from tests.support.crashkit import Forked, Harness
+from tests.support.services import kill_process, stop_process
+from tests.support.webhook_receiver import WebhookReceiver, new_secret
+
+REJECT_REASON = "the valuation note is confidential-marker-7731"
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver(new_secret()) as rx:
+        yield rx
+
+
+def notifying(cli: Cli, rx: WebhookReceiver, **env: str) -> Cli:
+    return Cli(
+        env=cli.env
+        | {"MA_WEBHOOK_URL": rx.url, "MA_WEBHOOK_SECRET": rx.secret, "MA_WEBHOOK_BACKOFF": "200ms"}
+        | env,
+        cwd=cli.cwd,
+        harness=cli.harness,
+    )
+
+
+def start_worker(cli: Cli, harness: Harness, log: Path) -> Forked:
+    return harness.serve(["worker"], cli.env, cli.cwd, log)
+
+
+def deliveries(cli: Cli, *args: str) -> list[dict]:
+    return json.loads(cli.ok("notifications", "list", "--json", *args).stdout)
+
+
+def analyze(cli: Cli, ticker: str = "NVDA", user: str = "ann") -> str:
+    return str(cli.ok("analyze", ticker, "--user", user, "--json").json()["thread_id"])
+
+
+def test_serve_tells_each_thread_in_order_signed_once_with_no_note_in_any_payload(cli, receiver, serve):
+    cli = notifying(cli, receiver)
+    published, rejected, revised = analyze(cli), analyze(cli, "MSFT"), analyze(cli, "AAPL")
+    server = serve(cli)
+    receiver.wait_for(lambda r: all(r.of_thread(t) == ["requested"] for t in (published, rejected, revised)))
+    cli.ok("approve", published, "--user", "bob")
+    cli.ok("reject", rejected, "--user", "bob", "--reason", REJECT_REASON)
+    cli.ok("revise", revised, "--user", "bob", "--feedback", "say more about margins")
+    receiver.wait_for(lambda r: r.of_thread(published) == ["requested", "published"], what="published")
+    receiver.wait_for(lambda r: r.of_thread(rejected) == ["requested", "rejected"], what="rejected")
+    receiver.wait_for(lambda r: r.of_thread(revised) == ["requested", "revised", "requested"], what="revised")
+    server.stop()
+
+    assert receiver.forged == [] and receiver.repeats == 0
+    bodies = json.dumps(receiver.taken)
+    assert "confidential-marker-7731" not in bodies and "margins" not in bodies
+    first, second = [
+        e for e in receiver.taken if e["data"]["thread_id"] == revised and e["data"]["action"] == "requested"
+    ]
+    assert first["data"]["revision"] == 1 and second["data"]["revision"] == 2
+    assert second["data"]["draft_id"] != first["data"]["draft_id"]
+    done = next(e for e in receiver.taken if e["data"]["action"] == "published")
+    status = cli.ok("status", published, "--json").json()
+    assert done["data"]["draft_id"] == status["draft"]["draft_id"]
+    assert (
+        done["data"]["link"] == f"http://127.0.0.1:8000/threads/{published}?draft={done['data']['draft_id']}"
+    )
+    assert done["data"]["by"] == "bob" and done["type"] == "approval.published"
+    assert {d["status"] for d in deliveries(cli)} == {"delivered"}
+
+
+def test_a_quorum_of_two_tells_the_first_approval_as_counted(cli, receiver, harness, tmp_path):
+    cli = notifying(cli, receiver, MA_REQUIRED_APPROVALS="2")
+    thread = analyze(cli)
+    cli.ok("approve", thread, "--user", "bob")
+    cli.ok("approve", thread, "--user", "carol")
+    worker = start_worker(cli, harness, tmp_path / "worker.log")
+    try:
+        receiver.wait_for(lambda r: r.of_thread(thread) == ["requested", "counted", "published"])
+    finally:
+        stop_process(worker)
+    counted = next(e for e in receiver.taken if e["data"]["action"] == "counted")
+    assert counted["data"]["approvals"] == "1 of 2" and counted["data"]["by"] == "bob"
+
+
+def test_a_receiver_failing_three_times_gets_the_event_once_after_growing_waits(
+    cli, receiver, harness, tmp_path
+):
+    cli = notifying(cli, receiver, MA_WEBHOOK_BACKOFF="300ms")
+    receiver.fail_next(3)
+    thread = analyze(cli)
+    worker = start_worker(cli, harness, tmp_path / "worker.log")
+    try:
+        receiver.wait_for(lambda r: r.of_thread(thread) == ["requested"])
+    finally:
+        stop_process(worker)
+    times = [at for at, _, _ in receiver.requests]
+    assert [status for _, _, status in receiver.requests] == [500, 500, 500, 200]
+    assert len({msg_id for _, msg_id, _ in receiver.requests}) == 1  # every attempt under one ID
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert gaps[0] >= 0.3 and gaps[1] >= 0.6 and gaps[2] >= 1.2, gaps  # 300 ms, doubled each time
+    assert gaps[2] > gaps[0], gaps
+    [row] = deliveries(cli)
+    assert row["status"] == "delivered" and row["attempts"] == 4
+
+
+def test_a_receiver_that_never_recovers_dead_letters_the_event_and_retry_sends_it_once(
+    cli, receiver, harness, tmp_path
+):
+    cli = notifying(cli, receiver, MA_WEBHOOK_ATTEMPTS="3")
+    receiver.fail_always()
+    thread = analyze(cli)
+    worker = start_worker(cli, harness, tmp_path / "worker.log")
+    try:
+        deadline = time.monotonic() + 30
+        while not deliveries(cli, "--dead"):
+            assert time.monotonic() < deadline, deliveries(cli)
+            time.sleep(0.2)
+        [dead] = deliveries(cli, "--dead")
+        assert dead["attempts"] == 3 and "answered 500" in dead["last_error"] and dead["thread_id"] == thread
+        time.sleep(1.0)  # a dead delivery is not tried again by itself
+        assert len(receiver.requests) == 3 and receiver.taken == []
+        listed = cli.ok("notifications", "list", "--dead").stdout
+        assert dead["event_id"] in listed and "dead (3 attempts)" in listed
+
+        receiver.recover()
+        assert "Queued 1 dead delivery again." in cli.ok("notifications", "retry", dead["event_id"]).stdout
+        receiver.wait_for(lambda r: r.of_thread(thread) == ["requested"])
+        again = cli.fails("notifications", "retry", dead["event_id"])
+        assert again.returncode == 2 and "has no dead delivery" in again.stderr
+        unknown = cli.fails("notifications", "retry", "evt_nothing")
+        assert unknown.returncode == 2 and "no event 'evt_nothing'" in unknown.stderr
+        time.sleep(1.0)
+    finally:
+        stop_process(worker)
+    assert receiver.repeats == 0 and len(receiver.taken) == 1
+    assert [d["status"] for d in deliveries(cli)] == ["delivered"]
+
+
+def test_a_worker_killed_mid_delivery_sends_it_again_under_the_same_id(cli, receiver, harness, tmp_path):
+    cli = notifying(cli, receiver)
+    receiver.hold_next()
+    thread = analyze(cli)
+    worker = start_worker(cli, harness, tmp_path / "worker-1.log")
+    try:
+        receiver.wait_until_held()
+        kill_process(worker)  # after the receiver took the event, before the worker recorded it
+        receiver.release()
+        worker = start_worker(cli, harness, tmp_path / "worker-2.log")
+        receiver.wait_for(lambda r: r.repeats == 1, timeout=45, what="the event again")
+    finally:
+        stop_process(worker)
+    # The receiver acted once: the second request had an ID it had taken already.
+    assert receiver.of_thread(thread) == ["requested"] and receiver.repeats == 1
+    assert [d["status"] for d in deliveries(cli)] == ["delivered"]
+
+
+def test_workers_killed_at_random_points_lose_no_event_and_never_send_one_under_two_ids(
+    cli, receiver, harness, tmp_path
+):
+    kills = int(os.environ.get("NOTIFY_KILLS", "4"))
+    cli = notifying(cli, receiver)
+    threads = [analyze(cli, t) for t in ("NVDA", "MSFT", "AAPL")]
+    for thread in threads:
+        cli.ok("approve", thread, "--user", "bob")
+    rng = random.Random(kills)
+    receiver.slow_down(0.05)
+    for n in range(kills):
+        worker = start_worker(cli, harness, tmp_path / f"worker-{n}.log")
+        time.sleep(rng.uniform(0.5, 3.0))
+        kill_process(worker)
+    worker = start_worker(cli, harness, tmp_path / "worker-last.log")
+    try:
+        receiver.wait_for(
+            lambda r: all(r.of_thread(t) == ["requested", "published"] for t in threads), timeout=60
+        )
+    finally:
+        stop_process(worker)
+    kinds = [(e["data"]["thread_id"], e["data"]["action"]) for e in receiver.taken]
+    assert len(kinds) == len(set(kinds)) == 6  # one ID per cause: a repeat is the same ID, never a new one
+
+
+def test_approve_killed_between_its_decision_and_the_event_tells_it_once_after_resume(
+    cli, receiver, harness, tmp_path
+):
+    cli = notifying(cli, receiver)
+    thread = analyze(cli)
+    killed = run_with_kill(
+        cli,
+        "call:before:market_analyst.persistence.notifications.store:NotificationStore.put",
+        "approve",
+        thread,
+        "--user",
+        "bob",
+    )
+    assert killed.returncode == -9, killed.stderr
+    cli.ok("resume", thread)
+    worker = start_worker(cli, harness, tmp_path / "worker.log")
+    try:
+        receiver.wait_for(lambda r: r.of_thread(thread) == ["requested", "published"])
+        time.sleep(1.0)
+    finally:
+        stop_process(worker)
+    assert receiver.of_thread(thread) == ["requested", "published"] and receiver.repeats == 0
+    assert len(deliveries(cli)) == 2
+
+
+def test_without_a_webhook_the_worker_refuses_in_one_line_and_nothing_is_written(cli):
+    thread = analyze(cli)
+    cli.ok("approve", thread, "--user", "bob")
+    refused = cli.fails("worker")
+    assert refused.returncode == 2 and "MA_WEBHOOK_URL" in refused.stderr
+    assert "No deliveries." in cli.ok("notifications", "list").stderr
+    half = cli.fails("worker", extra_env={"MA_WEBHOOK_URL": "http://127.0.0.1:9/hooks"})
+    assert half.returncode == 2 and "MA_WEBHOOK_SECRET" in half.stderr
+    weak = cli.fails(
+        "notifications",
+        "list",
+        extra_env={"MA_WEBHOOK_URL": "http://127.0.0.1:9/h", "MA_WEBHOOK_SECRET": "hunter2"},
+    )
+    assert "whsec_" in weak.stderr and "hunter2" not in weak.stderr
