@@ -18,6 +18,7 @@ RiskTolerance = Literal["conservative", "moderate", "aggressive"]
 Horizon = Literal["short", "medium", "long"]
 ThreadStatus = Literal[
     "awaiting_approval",  # paused at the gate with a draft and no decision
+    "expired",  # paused at the gate with a draft past MA_EXPIRE_AFTER: a revise drafts it again
     "approved_pending_publish",  # an approval is recorded; publish has not finished
     "published",
     "rejected",

@@ -26,11 +26,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from market_analyst.deadlines import Deadlines
 from market_analyst.errors import UserError
 from market_analyst.state import HORIZONS, RISK_TOLERANCES, USER_ID_PATTERN
 
-Action = Literal["approve", "reject", "revise"]
-Door = Literal["cli", "web", "api", "langgraph"]
+# `expire` is the deadline's own decision: taken only once the draft's expiry has passed, from anyone
+# (the worker that keeps due times sends it), and it approves, rejects and publishes nothing.
+Action = Literal["approve", "reject", "revise", "expire"]
+Door = Literal["cli", "web", "api", "langgraph", "deadline"]
 Role = Literal["requester", "reviewer", "approver", "operator"]
 ROLES: tuple[str, ...] = ("requester", "reviewer", "approver", "operator")
 # What each role may decide: a requester asks for analyses and decides nothing; a reviewer revises
@@ -102,6 +105,9 @@ class DecisionRequest(BaseModel):
     approvals: list[ApprovalSoFar]
     approvals_needed: int
     drafted_at: str | None = None
+    due_at: str | None = None  # MA_DECISION_DUE after the request
+    expires_at: str | None = None  # MA_EXPIRE_AFTER after the request: no approval from then on
+    expired_at: str | None = None  # when the expiry was recorded (the thread's status is then expired)
     refused: str | None = None
     action_request: dict[str, Any] | None = None
     config: dict[str, bool] | None = None
@@ -208,6 +214,7 @@ class DecisionPolicy:
     allow_self_approval: bool = False
     role_of: Callable[[str], str | None] = field(default=lambda name: None)
     max_draft_age: float | None = None  # MA_MAX_DRAFT_AGE in seconds: older drafts are not approved
+    deadlines: Deadlines = field(default_factory=Deadlines)  # due times, reminders, expiry
 
 
 def refusal(
@@ -232,6 +239,23 @@ def refusal(
             409,
             f"{which} is not the current draft of thread {request.thread_id}: revision {request.revision} "
             f"(draft {request.draft_id}) is; {how} and decide on it again",
+        )
+    if decision.action == "expire":
+        if request.expires_at is None or not _reached(decision.at, request.expires_at):
+            return DecisionRefused(
+                409,
+                f"draft {request.draft_id} of thread {request.thread_id} does not expire "
+                + (f"before {request.expires_at}" if request.expires_at else "(MA_EXPIRE_AFTER is not set)"),
+            )
+        return None
+    if decision.action == "approve" and (
+        request.expired_at or (request.expires_at and _reached(decision.at, request.expires_at))
+    ):
+        return DecisionRefused(
+            409,
+            f"draft {request.draft_id} of thread {request.thread_id} expired at "
+            f"{request.expired_at or request.expires_at} (MA_EXPIRE_AFTER) and can no longer be approved; "
+            f"a revise drafts it again ('market-analyst revise {request.thread_id} --feedback ...')",
         )
     if policy.allowed and decision.by not in policy.allowed:
         return DecisionRefused(
@@ -355,6 +379,17 @@ def validated(
     if found is not None:
         raise found
     return decided
+
+
+def _reached(at: str | None, moment: str) -> bool:
+    """Whether the time `at` (None: now) is at or after `moment`; both UTC ISO times."""
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(at) if at else datetime.now(UTC)
+        return when >= datetime.fromisoformat(moment)
+    except (TypeError, ValueError):
+        return False
 
 
 def not_before(at: str, drafted_at: str | None) -> str:

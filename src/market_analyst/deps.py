@@ -44,6 +44,7 @@ from market_analyst.ports import (
 from market_analyst.settings import Settings
 
 if TYPE_CHECKING:
+    from market_analyst.deadlines import Deadlines
     from market_analyst.persistence.archive.postgres import CopyCounts as ArchiveCopy
     from market_analyst.persistence.keys.base import Keyring, KeyStore
     from market_analyst.persistence.migrate import AuditCopy, KeyCopy
@@ -428,6 +429,7 @@ def decision_policy(settings: Settings) -> DecisionPolicy:
         allow_self_approval=settings.allow_self_approval,
         role_of=store.role_of,
         max_draft_age=settings.max_draft_age.total_seconds(),
+        deadlines=deadlines(settings),
     )
 
 
@@ -502,8 +504,23 @@ def open_events(settings: Settings) -> NotificationStore:
     return NotificationStore(postgres_server(settings))
 
 
-def open_queue(settings: Settings) -> Queue:
-    """The job queue that delivers events to the configured receivers (`MA_WEBHOOK_URL`)."""
+def deadlines(settings: Settings) -> Deadlines:
+    """The due times the settings give every decision request."""
+    from market_analyst.deadlines import Deadlines
+
+    return Deadlines(
+        due=settings.decision_due,
+        remind_every=settings.remind_every,
+        max_reminders=settings.max_reminders,
+        escalate_to=tuple(sorted(settings.escalate_to)),
+        expire_after=settings.expire_after,
+    )
+
+
+def open_queue(settings: Settings, expire: Callable[[str, str], bool] | None = None) -> Queue:
+    """The job queue that delivers events to the configured receivers (`MA_WEBHOOK_URL`) and keeps
+    the due times; `expire(thread_id, draft_id)` records a draft's expiry (False: nothing there can
+    expire any more)."""
     from market_analyst.persistence.notifications import webhook
     from market_analyst.persistence.notifications.delivery import Queue, Receiver
 
@@ -518,6 +535,9 @@ def open_queue(settings: Settings) -> Queue:
         receivers,
         attempts=settings.webhook_attempts,
         backoff=settings.webhook_backoff.total_seconds(),
+        deadlines=deadlines(settings) if settings.keeps_deadlines else None,
+        now=settings.now,
+        expire=expire,
     )
 
 

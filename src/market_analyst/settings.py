@@ -84,6 +84,11 @@ VARIABLES: dict[str, str] = {
     "MA_WEBHOOK_SECRET": "",
     "MA_WEBHOOK_ATTEMPTS": "8",
     "MA_WEBHOOK_BACKOFF": "10s",
+    "MA_DECISION_DUE": "",
+    "MA_REMIND_EVERY": "",
+    "MA_MAX_REMINDERS": "3",
+    "MA_ESCALATE_TO": "",
+    "MA_EXPIRE_AFTER": "",
 }
 # The latest moment SOURCE_DATE_EPOCH may name: the last second of the year 9999.
 MAX_EPOCH = 253_402_300_799
@@ -199,6 +204,13 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = _var("MA_WEBHOOK_SECRET")
     webhook_attempts: int = Field(default=8, ge=1, le=30, validation_alias="MA_WEBHOOK_ATTEMPTS")
     webhook_backoff: timedelta = Field(default=timedelta(seconds=10), validation_alias="MA_WEBHOOK_BACKOFF")
+    decision_due: timedelta | None = _var("MA_DECISION_DUE")
+    remind_every: timedelta | None = _var("MA_REMIND_EVERY")
+    max_reminders: int = Field(default=3, ge=0, le=100, validation_alias="MA_MAX_REMINDERS")
+    escalate_to: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(), validation_alias="MA_ESCALATE_TO"
+    )
+    expire_after: timedelta | None = _var("MA_EXPIRE_AFTER")
 
     @field_validator(
         "checkpointer",
@@ -219,7 +231,7 @@ class Settings(BaseSettings):
     def _absolute(cls, value: Path | None) -> Path | None:
         return value.expanduser().absolute() if value is not None else None
 
-    @field_validator("approvers", "allowed_hosts", "trusted_proxies", mode="before")
+    @field_validator("approvers", "allowed_hosts", "trusted_proxies", "escalate_to", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -264,6 +276,9 @@ class Settings(BaseSettings):
         "clock_skew",
         "publish_retry",
         "webhook_backoff",
+        "decision_due",
+        "remind_every",
+        "expire_after",
         mode="before",
     )
     @classmethod
@@ -305,6 +320,13 @@ class Settings(BaseSettings):
         if scheme.lower() not in ("http", "https") or not rest.strip("/"):
             raise ValueError("must be an http:// or https:// URL such as http://localhost:6333")
         return value.rstrip("/")
+
+    @field_validator("decision_due", "remind_every", "expire_after", mode="after")
+    @classmethod
+    def _deadline(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value.total_seconds() < 1:
+            raise ValueError("must be at least one second")
+        return value
 
     @field_validator("webhook_backoff", mode="after")
     @classmethod
@@ -394,9 +416,13 @@ class Settings(BaseSettings):
 
     @property
     def notifies(self) -> bool:
-        """Whether any event has somewhere to go (a webhook): only then are events written and a
-        worker run."""
-        return self.webhook_url is not None
+        """Whether events are written and a worker runs: a webhook to tell, or due times to keep."""
+        return self.webhook_url is not None or self.keeps_deadlines
+
+    @property
+    def keeps_deadlines(self) -> bool:
+        """Whether decisions have due times, reminders or an expiry."""
+        return any(d is not None for d in (self.decision_due, self.remind_every, self.expire_after))
 
     def secret(
         self, name: Literal["openai_api_key", "qdrant_api_key", "master_key", "webhook_secret"]

@@ -326,6 +326,7 @@ class AnalystState(TypedDict, total=False):
     agent_steps: int  # model turns the LLM analyst took for this revision
     draft: dict[str, Any]  # Draft
     drafted_at: str  # when the draft was made (UTC); kept out of the draft, which has no time stamp
+    expired: dict[str, Any] | None  # {"draft_id", "at"}: the draft whose expiry was recorded
     started_at: str  # when the thread started (UTC)
     schema_version: int  # SCHEMA_VERSION of the code that started the thread; absent: 1 (0.1.0 or earlier)
     approval: dict[str, Any] | None  # Approval

@@ -136,7 +136,7 @@ def test_a_receiver_that_never_recovers_dead_letters_the_event_and_retry_sends_i
         assert dead["event_id"] in listed and "dead (3 attempts)" in listed
 
         receiver.recover()
-        assert "Queued 1 dead delivery again." in cli.ok("notifications", "retry", dead["event_id"]).stdout
+        assert "1 dead delivery is pending again" in cli.ok("notifications", "retry", dead["event_id"]).stdout
         receiver.wait_for(lambda r: r.of_thread(thread) == ["requested"])
         again = cli.fails("notifications", "retry", dead["event_id"])
         assert again.returncode == 2 and "has no dead delivery" in again.stderr
@@ -192,14 +192,17 @@ def test_workers_killed_at_random_points_lose_no_event_and_never_send_one_under_
     assert len(kinds) == len(set(kinds)) == 6  # one ID per cause: a repeat is the same ID, never a new one
 
 
+# Before: the report is archived and audited, its event not written. After: the event is written, the
+# step's checkpoint not saved, so `resume` runs `publish` again and meets the same event.
+@pytest.mark.parametrize("when", ["before", "after"])
 def test_approve_killed_between_its_decision_and_the_event_tells_it_once_after_resume(
-    cli, receiver, harness, tmp_path
+    cli, receiver, harness, tmp_path, when
 ):
     cli = notifying(cli, receiver)
     thread = analyze(cli)
     killed = run_with_kill(
         cli,
-        "call:before:market_analyst.persistence.notifications.store:NotificationStore.put",
+        f"call:{when}:market_analyst.persistence.notifications.store:NotificationStore.put",
         "approve",
         thread,
         "--user",
@@ -231,3 +234,114 @@ def test_without_a_webhook_the_worker_refuses_in_one_line_and_nothing_is_written
         extra_env={"MA_WEBHOOK_URL": "http://127.0.0.1:9/h", "MA_WEBHOOK_SECRET": "hunter2"},
     )
     assert "whsec_" in weak.stderr and "hunter2" not in weak.stderr
+
+
+def test_a_waiting_draft_is_reminded_escalated_and_expired_in_order_and_an_approved_one_is_left_alone(
+    cli, receiver, serve
+):
+    cli = notifying(
+        cli,
+        receiver,
+        MA_DECISION_DUE="2s",
+        MA_REMIND_EVERY="1s",
+        MA_MAX_REMINDERS="1",
+        MA_ESCALATE_TO="dora",
+        MA_EXPIRE_AFTER="6s",
+    )
+    token = cli.ok("approvers", "add", "bob").stdout.strip()
+    waiting, approved = analyze(cli), analyze(cli, "MSFT")
+    server = serve(cli)  # its worker keeps the due times
+    cli.ok("approve", approved, "--user", "bob")
+    receiver.wait_for(
+        lambda r: r.of_thread(waiting) == ["requested", "reminded", "escalated", "expired"],
+        timeout=40,
+        what="the expiry",
+    )
+    time.sleep(1.5)  # a tick or more after the expiry: nothing more for either thread
+    api = server.client(token)
+    shown = api.get(f"/api/threads/{waiting}").json()
+    assert shown["status"] == "expired" and shown["request"]["expired_at"], shown
+    draft_id = shown["request"]["draft_id"]
+    answer = api.post(f"/api/threads/{waiting}/approve", json={"draft_id": draft_id})
+    assert answer.status_code == 409 and "expired at" in answer.json()["detail"], answer.text
+    server.stop()
+    assert receiver.of_thread(waiting) == ["requested", "reminded", "escalated", "expired"]
+    told = {e["data"]["action"]: e["data"] for e in receiver.taken if e["data"]["thread_id"] == waiting}
+    assert told["escalated"]["to"] == ["dora"] and told["reminded"]["by"] is None
+    assert told["requested"]["due_at"] == told["escalated"]["at"] and told["expired"]["by"] == "deadline"
+    # The approved thread: nothing after its decision (a reminder may precede it, never follow it).
+    kinds = receiver.of_thread(approved)
+    assert (
+        kinds[0] == "requested"
+        and kinds[-1] == "published"
+        and set(kinds) <= {"requested", "reminded", "published"}
+    )
+
+    # An expired draft is not approved, by any door: one line, exit 2, and the way on.
+    refused = cli.fails("approve", waiting, "--user", "bob")
+    assert refused.returncode == 2 and "expired at" in refused.stderr and "revise" in refused.stderr
+    status = cli.ok("status", waiting, "--json").json()
+    assert status["status"] == "expired" and status["request"]["expired_at"]
+    assert "expired" in cli.ok("status", waiting).stdout
+    audit = json.loads(cli.ok("audit", "list", "--thread", waiting, "--json").stdout)
+    assert [e["action"] for e in audit] == ["expired"] and audit[0]["actor"] == "deadline"
+    assert "verifies" in cli.ok("audit", "verify").stdout
+    # A revise drafts it again, with due times of its own.
+    cli.ok("revise", waiting, "--user", "bob", "--feedback", "fresh data please")
+    again = cli.ok("status", waiting, "--json").json()
+    assert again["status"] == "awaiting_approval" and again["request"]["revision"] == 2
+    assert again["request"]["expires_at"] > status["request"]["expires_at"]
+
+
+def test_preview_shows_a_threads_due_times_with_the_clock_moved_instead_of_waited_for(cli):
+    epoch = 1_767_225_600  # 2026-01-01T00:00:00Z
+    env = {
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "MA_DECISION_DUE": "24h",
+        "MA_REMIND_EVERY": "8h",
+        "MA_MAX_REMINDERS": "2",
+        "MA_ESCALATE_TO": "dora,eve",
+        "MA_EXPIRE_AFTER": "3d",
+    }
+    thread = cli.ok("analyze", "NVDA", "--user", "ann", "--json", extra_env=env).json()["thread_id"]
+    early = json.loads(cli.ok("notifications", "preview", thread, "--json", extra_env=env).stdout)
+    assert early["requested_at"] == "2026-01-01T00:00:00+00:00" and early["fallen_due"] == []
+    assert early["reminders"] == ["2026-01-01T08:00:00+00:00", "2026-01-01T16:00:00+00:00"]
+    assert early["due_at"] == early["escalate_at"] == "2026-01-02T00:00:00+00:00"
+    assert early["escalate_to"] == ["dora", "eve"] and early["expires_at"] == "2026-01-04T00:00:00+00:00"
+    later = env | {"SOURCE_DATE_EPOCH": str(epoch + 25 * 3600)}
+    shown = cli.ok("notifications", "preview", thread, extra_env=later).stdout
+    assert (
+        "reminded 1 at 2026-01-01T08:00:00+00:00; reminded 2 at 2026-01-01T16:00:00+00:00; escalated at"
+        in shown
+    )
+    assert "expired" not in shown.split("by now", 1)[1].split("\n", 1)[0]
+    status = cli.ok("status", thread, extra_env=later).stdout
+    assert "Decision due by 2026-01-02T00:00:00+00:00; expires at 2026-01-04T00:00:00+00:00" in status
+    past = env | {"SOURCE_DATE_EPOCH": str(epoch + 4 * 86400)}
+    refused = cli.fails("approve", thread, "--user", "bob", extra_env=past)
+    assert "expired at 2026-01-04T00:00:00+00:00" in refused.stderr
+    cli.ok("approve", thread, "--user", "bob", extra_env=env | {"SOURCE_DATE_EPOCH": str(epoch + 3600)})
+
+
+def test_forget_takes_a_user_out_of_the_events_and_nothing_more_is_sent_in_their_name(cli, receiver):
+    import psycopg
+
+    cli = notifying(cli, receiver)
+    hers, his = analyze(cli, user="ann"), analyze(cli, "MSFT", user="cy")
+    cli.ok("approve", hers, "--user", "bob")
+    cli.ok("reject", his, "--user", "bob", "--reason", "not now")
+    waiting = deliveries(cli)  # requested twice, published, rejected: no worker has run
+    assert [d["status"] for d in waiting] == ["waiting"] * 4 and {d["receiver"] for d in waiting} == {"-"}
+
+    def bodies() -> list[dict]:
+        with psycopg.connect(cli.env["POSTGRES_URL"]) as conn:
+            return [row[0] for row in conn.execute("SELECT body FROM ma_events ORDER BY seq")]
+
+    assert any(b["by"] == "bob" for b in bodies())
+    forgot = cli.ok("forget", "--user", "bob", "--yes").stdout
+    assert "events (their threads' removed, their name taken out of others'): 2" in forgot
+    assert all("bob" not in json.dumps(b) for b in bodies()) and len(bodies()) == 4
+    cli.ok("forget", "--user", "ann", "--yes")
+    assert {b["thread_id"] for b in bodies()} == {his}
+    assert {d["thread_id"] for d in deliveries(cli)} == {his}

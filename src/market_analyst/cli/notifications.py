@@ -56,7 +56,32 @@ def retry(
 
     count = send_again(load_settings(), event_id)
     print(
-        f"Queued {count} dead deliver{'y' if count == 1 else 'ies'} again."
+        f"{count} dead deliver{'y is' if count == 1 else 'ies are'} pending again: a running worker sends "
+        f"{'it' if count == 1 else 'them'} within a second ('market-analyst worker', or serve)."
         if count
         else "No dead deliveries."
     )
+
+
+@app.command("preview")
+def preview(
+    thread_id: str = typer.Argument(..., help="A thread waiting for a decision."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Show a thread's due times under the current settings, and what has fallen due by now."""
+    from market_analyst.workflow.notifications import preview as schedule_of
+
+    p = schedule_of(load_settings(), thread_id)
+    if json_output:
+        emit_json(p)
+        return
+    print(f"Thread {p['thread_id']}, draft {p['draft_id']} ({p['status'].replace('_', ' ')}):")
+    print(f"  requested  {p['requested_at']}")
+    print(f"  due        {p['due_at'] or '- (MA_DECISION_DUE is not set)'}")
+    reminders = ", ".join(p["reminders"]) or "- (MA_REMIND_EVERY is not set, or none before the expiry)"
+    print(f"  reminders  {reminders}")
+    to = f" to {', '.join(p['escalate_to'])}" if p["escalate_to"] else ""
+    print(f"  escalated  {(p['escalate_at'] or '-') + to}")
+    print(f"  expires    {p['expires_at'] or '- (MA_EXPIRE_AFTER is not set)'}")
+    print(f"  by now ({p['now']}): {'; '.join(p['fallen_due']) or 'nothing has fallen due'}")
+    print(f"  sent to    {p['webhook'] or '- (MA_WEBHOOK_URL is not set)'}")

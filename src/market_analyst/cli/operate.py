@@ -221,6 +221,8 @@ def forget(
         print(f"  lease keys: {result.lease_keys}")
         print(f"  audit entries (personal content erased, chain kept): {result.audit_entries}")
         print(f"  memories: {result.memories}")
+        if result.events is not None:
+            print(f"  events (their threads' removed, their name taken out of others'): {result.events}")
         said = result.said_by
         where = f"{len(said.threads)} thread(s), {said.memories} memories, {len(said.reports)} report(s)"
         if result.said_by_redacted:

@@ -75,6 +75,17 @@ def render_view(view: Any) -> None:
             f"{str(request.get('content_hash'))[:16]}; asked by {request.get('requested_by')}; "
             f"{len(request.get('approvals') or [])} of {request.get('approvals_needed')} approvals"
         )
+        times = [
+            f"{what} {request[key]}"
+            for what, key in (
+                ("due by", "due_at"),
+                ("expires at", "expires_at"),
+                ("expired at", "expired_at"),
+            )
+            if request.get(key) and not (key == "expires_at" and request.get("expired_at"))
+        ]
+        if times:
+            print(f"  Decision {'; '.join(times)}")
     if view.approval:
         a = view.approval
         print(
@@ -123,6 +134,10 @@ def render_next_steps(view: Any) -> None:
         print(f"  approve: market-analyst approve {t}")
         print(f"  reject:  market-analyst reject {t} --reason '...'")
         print(f"  revise:  market-analyst revise {t} --feedback '...'")
+    elif view.status == "expired":
+        print("Next: the draft expired and can no longer be approved; revise drafts it again:")
+        print(f"  revise:  market-analyst revise {t} --feedback '...'")
+        print(f"  reject:  market-analyst reject {t} --reason '...'")
     elif view.status in ("in_progress", "approved_pending_publish"):
         print(f"Next: market-analyst resume {t}")
     elif view.status == "published" and view.publication:

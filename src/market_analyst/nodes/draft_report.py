@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from market_analyst.context import Deps
+from market_analyst.deadlines import iso, schedule
 from market_analyst.decisions import content_hash
 from market_analyst.formatting import pct, price, signed_pct, who_said
 from market_analyst.ports import Event, event_id_for
@@ -102,6 +103,7 @@ def draft_report(state: AnalystState, config: RunnableConfig, runtime: Runtime[D
     # A new draft voids any earlier decision: an approval names the draft it approved.
     drafted_at = runtime.context.now().isoformat(timespec="seconds")
     thread_id = str(config["configurable"]["thread_id"])
+    times = schedule(datetime.fromisoformat(drafted_at), runtime.context.policy.deadlines)
     # Written before the checkpoint that holds the draft: a re-run after a crash names the same event.
     runtime.context.events.put(
         Event(
@@ -114,11 +116,14 @@ def draft_report(state: AnalystState, config: RunnableConfig, runtime: Runtime[D
             content_hash=content_hash(draft.markdown),
             revision=draft.revision,
             by=state.get("user_id"),
+            due_at=iso(times.due_at),
+            expires_at=iso(times.expires_at),
         )
     )
     return {
         "draft": draft.model_dump(mode="json"),
         "drafted_at": drafted_at,
+        "expired": None,
         "approval": None,
         "approvals": [],
         "decision": None,

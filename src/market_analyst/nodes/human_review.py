@@ -28,6 +28,7 @@ from langgraph.types import Command, interrupt
 from pydantic import ValidationError
 
 from market_analyst.context import Deps
+from market_analyst.deadlines import iso, schedule
 from market_analyst.decisions import (
     ACTIONS,
     ApprovalSoFar,
@@ -140,9 +141,26 @@ def decision_request(
         approvals=approvals,
         approvals_needed=policy.required_approvals,
         drafted_at=state.get("drafted_at"),
+        **_due_times(state, policy),
         refused=refused,
         **inbox_fields(draft["draft_id"], digest, draft["headline"], draft["markdown"]),
     )
+
+
+def _due_times(state: AnalystState, policy: DecisionPolicy) -> dict[str, Any]:
+    """When the draft's decision is due and when it expires, counted from its request; and when its
+    expiry was recorded, if it was (a draft made before drafts were dated has no due times)."""
+    drafted_at = state.get("drafted_at")
+    expired = state.get("expired") or {}
+    expired_at = expired.get("at") if expired.get("draft_id") == state["draft"]["draft_id"] else None
+    if not drafted_at:
+        return {"expired_at": expired_at}
+    try:
+        made = datetime.fromisoformat(drafted_at)
+    except ValueError:
+        return {"expired_at": expired_at}
+    times = schedule(made, policy.deadlines)
+    return {"due_at": iso(times.due_at), "expires_at": iso(times.expires_at), "expired_at": expired_at}
 
 
 def server_caller(config: RunnableConfig) -> str | None:

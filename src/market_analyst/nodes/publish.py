@@ -156,6 +156,8 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
             content_hash=content_hash(draft.markdown),
             revision=draft.revision,
             by=", ".join(approval.approvers or [approval.by]),
+            verified=approval.verified,
+            door=approval.door,
         )
     )
     update: dict[str, Any] = {

@@ -43,8 +43,13 @@ from market_analyst.state import AnalystState, Approval, Memory, MemoryKind, mem
 
 # What a memory store that cannot answer right now raises: held, damaged, or away.
 UNANSWERED = (UserError, ServiceUnavailable, OSError)
-AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised"}
-EVENT_KINDS: dict[str, EventKind] = {"approve": "counted", "reject": "rejected", "revise": "revised"}
+AUDIT_ACTIONS = {"approve": "approved", "reject": "rejected", "revise": "revised", "expire": "expired"}
+EVENT_KINDS: dict[str, EventKind] = {
+    "approve": "counted",
+    "reject": "rejected",
+    "revise": "revised",
+    "expire": "expired",
+}
 MEMORY_KINDS: dict[str, MemoryKind] = {
     "approve": "approval_note",
     "reject": "rejection",
@@ -142,7 +147,17 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
         content_hash=digest,
         revision=int(draft["revision"]),
         by=decision.by,
+        verified=decision.verified,
+        door=decision.door,
     )
+    if decision.action == "expire":
+        # The draft can no longer be approved: the thread waits at the gate, expired, for a revise.
+        deps.events.put(told)
+        expired = {
+            "draft_id": decision.draft_id,
+            "at": decision.at or deps.now().isoformat(timespec="seconds"),
+        }
+        return Command(goto=GATE, update=update | {"expired": expired})
     if decision.action == "revise":
         deps.events.put(told)
         return Command(goto="analyze", update=update | _revision(state, decision) | _still_held(state, deps))

@@ -7,7 +7,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-EventKind = Literal["requested", "counted", "published", "rejected", "revised"]
+EventKind = Literal[
+    "requested", "counted", "reminded", "escalated", "expired", "published", "rejected", "revised"
+]
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,12 @@ class Event:
     content_hash: str | None = None
     revision: int | None = None
     by: str | None = None  # who acted: the requester for `requested`, the approvers for `published`
+    verified: bool | None = None  # whether the door authenticated `by` (the CLI's names are not)
+    door: str | None = None  # the door the decision came through
     approvals: str | None = None  # for `counted`: "1 of 2"
+    to: tuple[str, ...] = ()  # for `escalated`: the approvers added to those told
+    due_at: str | None = None  # when the decision is due (requested, reminded, escalated)
+    expires_at: str | None = None  # when the draft expires, if it does
 
 
 def event_id_for(kind: str, *cause: str) -> str:

@@ -15,6 +15,7 @@ from market_analyst.deps import (
     decision_seal,
     open_archive,
     open_audit,
+    open_events,
     open_keyring,
     open_memory,
     open_profiles,
@@ -198,6 +199,7 @@ class ForgetResult:
     data_keys: int = 0  # the keys that sealed their threads' checkpoints: every copy went with them
     lease_keys: int = 0
     audit_entries: int = 0  # audit entries whose personal content was erased (the chain is kept)
+    events: int | None = None  # notification events removed or with their name taken out (None: none kept)
     memories: int = 0  # what later runs would have recalled for the user, superseded ones included
     # Their words in other people's records (`said_by`): found, and with --including-said-by redacted.
     said_by: SaidBy = field(default_factory=SaidBy)
@@ -274,6 +276,8 @@ def forget_user(
     result.profile = int(profiles.delete(user))  # readable or not, it goes
     result.memories = memories.forget_user(user)
     result.audit_entries = open_audit(settings).erase_user(user, settings.now().isoformat(timespec="seconds"))
+    if settings.notifies:  # not sent to anyone after this, nor kept
+        result.events = open_events(settings).erase_user(user, set(result.threads) | theirs)
     compact_after_erasure(settings)
     return result
 

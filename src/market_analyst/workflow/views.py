@@ -63,6 +63,9 @@ def _status(
             approving = submitted.get("action") == "approve"
             return ("approved_pending_publish" if approving else "in_progress"), next_nodes
         if snapshot.interrupts:
+            expired = (values.get("expired") or {}).get("draft_id")
+            if expired and expired == (values.get("draft") or {}).get("draft_id"):
+                return "expired", next_nodes
             return "awaiting_approval", next_nodes
         return "in_progress", next_nodes
     if next_nodes == ["record_decision"]:
@@ -204,7 +207,7 @@ def view_of(graph: Any, thread_id: str) -> ThreadView | None:
     submitted = submitted_decision(graph, snapshot)
     status, next_nodes = _status(snapshot, values, submitted)
     request = None
-    if status == "awaiting_approval" and snapshot.interrupts:
+    if status in ("awaiting_approval", "expired") and snapshot.interrupts:
         request = snapshot.interrupts[0].value
     elif status == "awaiting_approval" and values.get("draft"):
         # Paused by an earlier version's static gate, which asked nothing: what this version's gate

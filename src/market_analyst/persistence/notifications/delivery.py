@@ -1,14 +1,16 @@
 """Delivery on procrastinate, the PostgreSQL job queue: in the records database with its outbox, so
 workers on every host that reach it share one queue.
 
-Two tasks. `ma.relay` runs every second (a periodic task: deferred once per tick whatever the number of
-workers): it gives each new event its deliveries, queues a `ma.deliver` job for every pending
-delivery without one (new, or whose job was lost), and puts back in the queue the jobs of a worker
-that stopped sending heartbeats (killed mid-delivery). `ma.deliver` sends one event to one receiver
-under the delivery's row lock; the jobs of one thread and receiver share a queue lock, so they go one
-at a time and in order. A failure is retried after a wait that doubles each time (from
-`MA_WEBHOOK_BACKOFF`); the last of `MA_WEBHOOK_ATTEMPTS` leaves the delivery dead, for `notifications
-list --dead` and `notifications retry`.
+Two tasks. `ma.relay` runs every second (a periodic task, deferred once per tick whatever the number
+of workers, one at a time and at most one waiting): it writes the reminders, escalations and
+expiries that fell due, gives each new event its deliveries, queues a `ma.deliver` job for every
+pending delivery without one (new, sent again by `notifications retry`, or whose job was lost), and
+puts back in the queue the delivery jobs of a worker that stopped sending heartbeats (killed
+mid-delivery). It alone queues deliveries, so their jobs are queued in the order the events were
+written. `ma.deliver` sends one event to one receiver; the jobs of one thread and receiver share a
+queue lock, so they go one at a time and in order. A failure is retried after a wait that doubles
+each time (from `MA_WEBHOOK_BACKOFF`, at most an hour); the last of `MA_WEBHOOK_ATTEMPTS` leaves the
+delivery dead, for `notifications list --dead` and `notifications retry`.
 """
 
 from __future__ import annotations
@@ -18,19 +20,21 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from procrastinate import App, BaseRetryStrategy, JobContext, PsycopgConnector, RetryDecision
-from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.exceptions import AlreadyEnqueued, ProcrastinateException
+from procrastinate.jobs import Status
 from procrastinate.schema import SchemaManager
 
+from market_analyst.deadlines import Deadlines, iso, schedule
 from market_analyst.persistence.notifications.store import NotificationStore, job_lock, queueing_lock
 from market_analyst.persistence.notifications.webhook import DeliveryFailed
 from market_analyst.persistence.postgres.records import RecordsTables
 from market_analyst.persistence.postgres.server import PostgresServer
-from market_analyst.ports import Event
+from market_analyst.ports import Event, event_id_for
 
 log = logging.getLogger("market_analyst.notifications")
 
@@ -38,7 +42,9 @@ QUEUE = "ma_notifications"
 HEARTBEAT_SECONDS = 1.0
 # A worker silent this long is taken for dead, and the jobs it was working on are queued again.
 STALLED_SECONDS = 5.0
-POLL_SECONDS = 0.5  # how often a worker looks for retries that fell due (new jobs wake it at once)
+POLL_SECONDS = 0.5
+MAX_WAIT_SECONDS = 3600.0  # the longest wait between two attempts
+RELAY = "ma.relay"  # how often a worker looks for retries that fell due (new jobs wake it at once)
 
 
 class RetryLater(Exception):
@@ -80,9 +86,13 @@ class Queue:
         *,
         attempts: int,
         backoff: float,
+        deadlines: Deadlines | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        expire: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.server, self.store, self.attempts, self.backoff = server, store, attempts, backoff
         self.receivers = {r.name: r for r in receivers}
+        self.deadlines, self.now, self.expire = deadlines, now, expire
 
     @functools.cached_property
     def app(self) -> App:
@@ -95,12 +105,10 @@ class Queue:
         self._register(app)
         return app
 
-    def wait_for(self, attempts_made: int) -> float:
-        return self.backoff * (2**attempts_made)
-
     def _register(self, app: App) -> None:
+        # One relay at a time, and at most one waiting: it alone queues deliveries, in written order.
         @app.periodic(cron="* * * * * *", periodic_id="relay")
-        @app.task(name="ma.relay", queue=QUEUE, pass_context=True)
+        @app.task(name="ma.relay", queue=QUEUE, pass_context=True, lock=RELAY, queueing_lock=RELAY)
         async def relay(context: JobContext, timestamp: int) -> None:
             await self.relay()
 
@@ -112,14 +120,55 @@ class Queue:
 
     async def relay(self) -> None:
         """One pass of the relay: new events into deliveries, deliveries into jobs, stalled jobs back."""
+        await asyncio.to_thread(self.keep_deadlines)
         await asyncio.to_thread(self.store.relay, sorted(self.receivers))
         for event_id, receiver, thread_id in await asyncio.to_thread(self.store.without_job):
             await self.defer(event_id, receiver, thread_id)
-        for job in await self.app.job_manager.get_stalled_jobs(
-            queue=QUEUE, seconds_since_heartbeat=STALLED_SECONDS
-        ):
-            log.warning("job %s of a stopped worker is queued again", job.id)
-            await self.app.job_manager.retry_job(job)
+        manager = self.app.job_manager
+        for job in await manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=STALLED_SECONDS):
+            assert job.id is not None
+            if job.task_name != "ma.deliver":  # a relay: the next tick does its work
+                await manager.finish_job_by_id_async(job.id, status=Status.FAILED, delete_job=True)
+                continue
+            log.warning("delivery job %s of a stopped worker is queued again", job.id)
+            try:
+                await manager.retry_job(job)
+            except ProcrastinateException as exc:  # queued again already (by a relay beside this one)
+                log.warning("delivery job %s was not queued again: %s", job.id, exc)
+
+    def keep_deadlines(self) -> None:
+        """The reminders and escalations of open requests that fell due, as events (each named by its
+        request and its number, so a tick that meets it again writes nothing new), and the expiry of
+        each draft past it, recorded through the gate (which writes its own event)."""
+        if self.deadlines is None:
+            return
+        now = self.now()
+        for request in self.store.open_requests():
+            assert request.draft_id is not None
+            times = schedule(datetime.fromisoformat(request.at), self.deadlines)
+            for kind, n, at in times.falling_due(now):
+                if kind == "expired":
+                    self._expire(request)
+                    break
+                self.store.put(
+                    replace(
+                        request,
+                        event_id=event_id_for(kind, request.thread_id, request.draft_id, str(n)),
+                        kind=kind,  # type: ignore[arg-type]
+                        at=iso(at) or request.at,
+                        by=None,
+                        to=self.deadlines.escalate_to if kind == "escalated" else (),
+                    )
+                )
+
+    def _expire(self, request: Event) -> None:
+        if self.expire is None:
+            return
+        try:
+            if not self.expire(request.thread_id, request.draft_id or ""):
+                self.store.close(request.event_id)  # nothing there can expire any more
+        except Exception as exc:  # busy, or a store away: tried again at the next tick
+            log.warning("the expiry of thread %s is not recorded yet: %s", request.thread_id, exc)
 
     async def defer(self, event_id: str, receiver: str, thread_id: str) -> None:
         try:
@@ -129,53 +178,43 @@ class Queue:
         except AlreadyEnqueued:
             pass
 
+    def wait_for(self, attempts_made: int) -> float:
+        """The wait after the failure of attempt `attempts_made + 1`: doubled each time, at most an hour
+        (or the first wait, if that is longer)."""
+        return min(self.backoff * (2 ** min(attempts_made, 30)), max(self.backoff, MAX_WAIT_SECONDS))
+
     def deliver_once(self, event_id: str, receiver: str) -> None:
-        """Send one event to one receiver, unless it was delivered already; `RetryLater` when it
-        failed and attempts are left, dead-lettered when none are."""
+        """Send one event to one receiver, unless it was delivered already (or is dead); `RetryLater`
+        when it failed and attempts are left, dead-lettered when none are. Whatever fails in the
+        sending counts as a failed attempt."""
+        found = self.store.pending(event_id, receiver)
+        if found is None:
+            return
+        event, attempts = found
         target = self.receivers.get(receiver)
-        with self.store.delivering(event_id, receiver) as claim:
-            if claim is None:
-                return
-            if target is None:
-                claim.mark("dead", f"no receiver {receiver!r} is configured any more")
-                return
-            try:
-                target.send(claim.event)
-            except DeliveryFailed as exc:
-                if claim.attempts + 1 >= self.attempts:
-                    claim.mark("dead", str(exc))
-                    log.warning(
-                        "event %s to %s: dead after %d attempts: %s", event_id, receiver, self.attempts, exc
-                    )
-                    return
-                claim.mark("pending", str(exc))
-                failed = RetryLater(str(exc), self.wait_for(claim.attempts))
-            else:
-                claim.mark("delivered")
-                log.info(
-                    "delivered %s (%s, thread %s) to %s",
-                    event_id,
-                    claim.event.kind,
-                    claim.event.thread_id,
-                    receiver,
+        if target is None:
+            self.store.mark(event_id, receiver, "dead", f"no receiver {receiver!r} is configured any more")
+            return
+        try:
+            target.send(event)
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, DeliveryFailed) else f"{type(exc).__name__}: {exc}"[:300]
+            if attempts + 1 >= self.attempts:
+                self.store.mark(event_id, receiver, "dead", why)
+                log.warning(
+                    "event %s to %s: dead after %d attempts: %s", event_id, receiver, self.attempts, why
                 )
                 return
-        raise failed
+            self.store.mark(event_id, receiver, "pending", why)
+            raise RetryLater(why, self.wait_for(attempts)) from None
+        self.store.mark(event_id, receiver, "delivered")
+        log.info("delivered %s (%s, thread %s) to %s", event_id, event.kind, event.thread_id, receiver)
 
     # -- for the command line ---------------------------------------------------------------------
 
     def retry(self, event_id: str | None) -> int:
-        """Make dead deliveries (of one event, or all) pending again and queue them; how many."""
-        revived = self.store.revive(event_id)
-
-        async def queue_them() -> None:
-            async with self.app.open_async():
-                for event_id_, receiver, thread_id in revived:
-                    await self.defer(event_id_, receiver, thread_id)
-
-        if revived:
-            asyncio.run(queue_them())
-        return len(revived)
+        """Make dead deliveries (of one event, or all) pending again, for the relay to queue; how many."""
+        return len(self.store.revive(event_id))
 
     async def work(self, *, signals: bool, concurrency: int = 4) -> None:
         """Run a worker until cancelled (or, with `signals`, until SIGINT/SIGTERM)."""

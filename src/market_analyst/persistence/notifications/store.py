@@ -4,16 +4,15 @@
 `ma_events` is the outbox: the nodes write an event beside what caused it, named by that cause, so
 a node re-run after a crash writes nothing twice. `ma_deliveries` holds one row per event and
 receiver: what the relay made of the event (`relay`), and where its delivery stands (pending,
-delivered, dead). A delivery is made under its row's lock, so two workers never send it at once,
-and it is marked delivered in the same transaction: a worker killed after the receiver answered and
-before the commit sends it again, with the same ID, which is why receivers de-duplicate by ID.
+delivered, dead). A delivery is made by one job at a time (a thread's jobs for a receiver share a
+queue lock), with no transaction open while it waits for the receiver, and marked once it answered:
+a worker killed after the receiver answered and before the mark sends it again, with the same ID,
+which is why receivers de-duplicate by ID.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,10 +31,13 @@ MIGRATIONS = (
         at text NOT NULL,
         body jsonb NOT NULL,
         relayed boolean NOT NULL DEFAULT false,
+        closed boolean NOT NULL DEFAULT false,
         written timestamptz NOT NULL DEFAULT now()
     )
     """,
     "CREATE INDEX ma_events_waiting ON ma_events (seq) WHERE NOT relayed",
+    "CREATE INDEX ma_events_open ON ma_events (seq) WHERE kind = 'requested' AND NOT closed",
+    "CREATE INDEX ma_events_thread ON ma_events (thread_id)",
     """
     CREATE TABLE ma_deliveries (
         event_id text NOT NULL REFERENCES ma_events (event_id) ON DELETE CASCADE,
@@ -66,21 +68,8 @@ class Delivery:
     at: str
 
 
-class Claim:
-    """A pending delivery whose row this worker holds: the event, and the attempts made before."""
-
-    def __init__(self, event: Event, receiver: str, attempts: int, cursor: Any) -> None:
-        self.event, self.receiver, self.attempts, self._cursor = event, receiver, attempts, cursor
-
-    def mark(self, status: str, error: str | None = None) -> None:
-        """Record this attempt's outcome: `delivered`; `pending` with the error of a failure to retry;
-        `dead` with the error of the last failure."""
-        self._cursor.execute(
-            "UPDATE ma_deliveries SET status = %s, attempts = attempts + 1, last_error = %s, "
-            "updated = now(), delivered_at = CASE WHEN %s = 'delivered' THEN now() END "
-            "WHERE event_id = %s AND receiver = %s",
-            (status, error, status, self.event.event_id, self.receiver),
-        )
+def _event(body: dict[str, Any]) -> Event:
+    return Event(**{**body, "to": tuple(body.get("to") or ())})
 
 
 def job_lock(thread_id: str, receiver: str) -> str:
@@ -149,26 +138,37 @@ class NotificationStore:
             )
             return [(r["event_id"], r["receiver"], r["thread_id"]) for r in cur.fetchall()]
 
-    @contextmanager
-    def delivering(self, event_id: str, receiver: str) -> Iterator[Claim | None]:
-        """The delivery, with its row locked until the block ends (None: delivered or dead already,
-        or gone); the block records its outcome with `Claim.mark`, committed as the block ends."""
-        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+    def pending(self, event_id: str, receiver: str) -> tuple[Event, int] | None:
+        """The event of a pending delivery and the attempts made so far; None when it was delivered,
+        is dead, or is gone. Read without a lock: one thread's deliveries to a receiver share a queue
+        lock, so no two jobs of one delivery run at once."""
+        with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT d.status, d.attempts, e.body "
                 "FROM ma_deliveries d JOIN ma_events e USING (event_id) "
-                "WHERE d.event_id = %s AND d.receiver = %s FOR UPDATE OF d",
+                "WHERE d.event_id = %s AND d.receiver = %s",
                 (event_id, receiver),
             )
             row = cur.fetchone()
-            yield (
-                None
-                if row is None or row["status"] != "pending"
-                else Claim(Event(**row["body"]), receiver, int(row["attempts"]), cur)
+        if row is None or row["status"] != "pending":
+            return None
+        return _event(row["body"]), int(row["attempts"])
+
+    def mark(self, event_id: str, receiver: str, status: str, error: str | None = None) -> None:
+        """Record one attempt's outcome: `delivered`; `pending` with the error of a failure to retry;
+        `dead` with the error of the last failure."""
+        with self.tables.connect() as conn:
+            conn.execute(
+                "UPDATE ma_deliveries SET status = %s, attempts = attempts + 1, last_error = %s, "
+                "updated = now(), delivered_at = CASE WHEN %s = 'delivered' THEN now() END "
+                "WHERE event_id = %s AND receiver = %s AND status = 'pending'",
+                (status, error, status, event_id, receiver),
             )
 
     def deliveries(self, *, dead: bool = False, thread_id: str | None = None) -> list[Delivery]:
-        """Every delivery (only the dead ones; only a thread's), in the order their events were written."""
+        """Every delivery, and every event not yet given its deliveries (receiver `-`, status
+        `waiting`: no worker has run since); only the dead ones, only a thread's; in the order the
+        events were written."""
         where, args = ["true"], []
         if dead:
             where.append("d.status = 'dead'")
@@ -177,9 +177,11 @@ class NotificationStore:
             args.append(thread_id)
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(
-                "SELECT d.event_id, d.receiver, e.kind, e.thread_id, d.status, d.attempts, "
-                "d.last_error, e.at "
-                f"FROM ma_deliveries d JOIN ma_events e USING (event_id) WHERE {' AND '.join(where)} "
+                "SELECT e.event_id, coalesce(d.receiver, '-') AS receiver, e.kind, e.thread_id, "
+                "coalesce(d.status, CASE WHEN e.relayed THEN 'none' ELSE 'waiting' END) AS status, "
+                "coalesce(d.attempts, 0) AS attempts, d.last_error, e.at "
+                "FROM ma_events e LEFT JOIN ma_deliveries d USING (event_id) "
+                f"WHERE {' AND '.join(where)} AND (d.event_id IS NOT NULL OR NOT e.relayed) "
                 "ORDER BY e.seq, d.receiver",
                 args,
             )
@@ -197,6 +199,54 @@ class NotificationStore:
                 (event_id, event_id),
             )
             return [(r["event_id"], r["receiver"], r["thread_id"]) for r in cur.fetchall()]
+
+    def open_requests(self) -> list[Event]:
+        """The `requested` events whose draft has no decision that ends the wait yet (published,
+        rejected, revised or expired): the requests whose due times are still kept. A request found
+        decided is closed on the way, so it is not looked at again."""
+        with self.tables.connect() as conn, conn.cursor() as cur:
+            cur.execute(
+                """
+                UPDATE ma_events r SET closed = true
+                 WHERE r.kind = 'requested' AND NOT r.closed AND EXISTS (
+                       SELECT 1 FROM ma_events c
+                        WHERE c.thread_id = r.thread_id AND c.body->>'draft_id' = r.body->>'draft_id'
+                          AND c.kind IN ('published', 'rejected', 'revised', 'expired'))
+                """
+            )
+            cur.execute("SELECT body FROM ma_events WHERE kind = 'requested' AND NOT closed ORDER BY seq")
+            return [_event(row["body"]) for row in cur.fetchall()]
+
+    def close(self, event_id: str) -> None:
+        """Keep no more due times for this request (its thread is gone)."""
+        with self.tables.connect() as conn:
+            conn.execute("UPDATE ma_events SET closed = true WHERE event_id = %s", (event_id,))
+
+    def erase_user(self, user: str, threads: set[str]) -> int:
+        """`forget`: remove the events of `threads` (the user's) with their deliveries, and take the
+        user's name out of every other event (who acted, who an escalation told); how many events."""
+        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute("DELETE FROM ma_events WHERE thread_id = ANY(%s)", (sorted(threads),))
+            removed = cur.rowcount
+            cur.execute(
+                "SELECT event_id, body FROM ma_events WHERE strpos(body->>'by', %s) > 0 "
+                "OR body->'to' @> to_jsonb(ARRAY[%s::text])",
+                (user, user),
+            )
+            changed = 0
+            for row in cur.fetchall():
+                body = dict(row["body"])
+                names = [n for n in str(body.get("by") or "").split(", ") if n]
+                if user not in names and user not in (body.get("to") or []):
+                    continue
+                kept = [n for n in names if n != user]
+                body["by"] = ", ".join(kept) or None
+                body["to"] = [n for n in body.get("to") or [] if n != user]
+                cur.execute(
+                    "UPDATE ma_events SET body = %s WHERE event_id = %s", (json.dumps(body), row["event_id"])
+                )
+                changed += 1
+        return removed + changed
 
     def known(self, event_id: str) -> bool:
         with self.tables.connect() as conn, conn.cursor() as cur:

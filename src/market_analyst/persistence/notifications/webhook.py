@@ -36,8 +36,13 @@ def payload(event: Event, public_url: str) -> dict[str, Any]:
             "content_hash": event.content_hash,
             "revision": event.revision,
             "by": event.by,
+            "verified": event.verified,
+            "door": event.door,
             "at": event.at,
             "approvals": event.approvals,
+            "to": list(event.to),
+            "due_at": event.due_at,
+            "expires_at": event.expires_at,
             "link": f"{public_url}/threads/{event.thread_id}"
             + (f"?draft={event.draft_id}" if event.draft_id else ""),
         },
@@ -57,7 +62,7 @@ def send(url: str, secret: str, event: Event, public_url: str, now: datetime | N
     }
     try:
         answer = httpx.post(url, content=body.encode(), headers=headers, timeout=TIMEOUT_SECONDS)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
         raise DeliveryFailed(f"{redact_url(url)} did not answer: {type(exc).__name__}: {exc}"[:300]) from None
     if not 200 <= answer.status_code < 300:
         raise DeliveryFailed(f"{redact_url(url)} answered {answer.status_code}")
