@@ -129,6 +129,17 @@ def bench_memory_analyze(scale: Scale) -> bool:
     return bench_memory_analyze.run(n, runs=scale.runs or 5)
 
 
+def bench_notifications(scale: Scale) -> bool:
+    """Events a second from the outbox to a local receiver, with one worker and two (1,000 events by
+    default), and an approval through a warm server with events written against without (20 of
+    each; target within 1.1x)."""
+    import bench_notifications
+
+    return bench_notifications.run(
+        scale.n or 1_000, approvals=20 if scale.n is None else max(3, scale.n // 10)
+    )
+
+
 def bench_encryption(scale: Scale) -> bool:
     """`analyze` to the gate and `approve`, fresh processes, with checkpoints sealed against without
     (target within 1.15x each)."""
@@ -149,6 +160,7 @@ SECTIONS: dict[str, Section] = {
     "replicas": bench_replicas,
     "memory-analyze": bench_memory_analyze,
     "encryption": bench_encryption,
+    "notifications": bench_notifications,
 }
 
 # Each section's size under --small: enough data for every line it prints, little enough that all
@@ -165,6 +177,7 @@ SMALL: dict[str, int] = {
     "replicas": 4,
     "memory-analyze": 20,
     "encryption": 1,
+    "notifications": 30,
 }
 
 

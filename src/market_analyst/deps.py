@@ -10,6 +10,7 @@ it turns the settings into the URLs, paths and servers each adapter takes. The i
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -495,13 +496,23 @@ def memory_marker_key(settings: Settings) -> Callable[[], bytes]:
     return lambda: marker_key(store.session_secret())
 
 
+_event_stores: dict[tuple[str | None, str], NotificationStore] = {}
+_events_lock = threading.Lock()
+
+
 def open_events(settings: Settings) -> NotificationStore:
     """The event outbox and its deliveries, in the records database (`MA_RECORDS=postgres`) or, with
     the records in files, the data directory's embedded server (`POSTGRES_URL`'s when set), which
     the job queue needs."""
     from market_analyst.persistence.notifications.store import NotificationStore
 
-    return NotificationStore(postgres_server(settings))
+    server = postgres_server(settings)
+    place = (server.url, str(server.pgdata))
+    with _events_lock:  # one a process and place, so its connection is kept between decisions
+        store = _event_stores.get(place)
+        if store is None:
+            store = _event_stores[place] = NotificationStore(server)
+    return store
 
 
 def deadlines(settings: Settings) -> Deadlines:
@@ -521,18 +532,21 @@ def open_queue(settings: Settings, expire: Callable[[str, str], bool] | None = N
     """The job queue that delivers events to the configured receivers (`MA_WEBHOOK_URL`) and keeps
     the due times; `expire(thread_id, draft_id)` records a draft's expiry (False: nothing there can
     expire any more)."""
-    from market_analyst.persistence.notifications import webhook
-    from market_analyst.persistence.notifications.delivery import Queue, Receiver
+    from market_analyst.persistence.notifications.delivery import Queue
+    from market_analyst.persistence.notifications.routes import Routes
 
-    receivers = []
-    url, secret = settings.webhook_url, settings.secret("webhook_secret")
-    if url and secret:
-        public = settings.public_url
-        receivers.append(Receiver("webhook", lambda event: webhook.send(url, secret, event, public)))
+    routes = Routes(
+        settings.public_url,
+        open_approvers(settings),
+        webhook_url=settings.webhook_url,
+        webhook_secret=settings.secret("webhook_secret"),
+        smtp_url=settings.smtp_url,
+        mail_from=settings.mail_from,
+    )
     return Queue(
         postgres_server(settings),
         open_events(settings),
-        receivers,
+        routes,
         attempts=settings.webhook_attempts,
         backoff=settings.webhook_backoff.total_seconds(),
         deadlines=deadlines(settings) if settings.keeps_deadlines else None,

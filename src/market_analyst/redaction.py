@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, unquote
 
 # Variables whose values are addresses that may carry a password, and variables that are secrets.
-URL_VARIABLES = ("POSTGRES_URL", "REDIS_URL", "QDRANT_URL", "MA_WEBHOOK_URL")
+URL_VARIABLES = ("POSTGRES_URL", "REDIS_URL", "QDRANT_URL", "MA_WEBHOOK_URL", "MA_SMTP_URL")
 SECRET_VARIABLES = ("QDRANT_API_KEY", "OPENAI_API_KEY", "MA_MASTER_KEY", "MA_WEBHOOK_SECRET")
 # Shorter secrets are still removed from addresses, but not hunted for in free text, where they
 # would blot out ordinary words and numbers.

@@ -84,6 +84,8 @@ VARIABLES: dict[str, str] = {
     "MA_WEBHOOK_SECRET": "",
     "MA_WEBHOOK_ATTEMPTS": "8",
     "MA_WEBHOOK_BACKOFF": "10s",
+    "MA_SMTP_URL": "",
+    "MA_MAIL_FROM": "market-analyst@localhost",
     "MA_DECISION_DUE": "",
     "MA_REMIND_EVERY": "",
     "MA_MAX_REMINDERS": "3",
@@ -204,6 +206,8 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = _var("MA_WEBHOOK_SECRET")
     webhook_attempts: int = Field(default=8, ge=1, le=30, validation_alias="MA_WEBHOOK_ATTEMPTS")
     webhook_backoff: timedelta = Field(default=timedelta(seconds=10), validation_alias="MA_WEBHOOK_BACKOFF")
+    smtp_url: str | None = Field(default=None, validation_alias="MA_SMTP_URL", repr=False)
+    mail_from: str = _var("MA_MAIL_FROM")
     decision_due: timedelta | None = _var("MA_DECISION_DUE")
     remind_every: timedelta | None = _var("MA_REMIND_EVERY")
     max_reminders: int = Field(default=3, ge=0, le=100, validation_alias="MA_MAX_REMINDERS")
@@ -328,6 +332,18 @@ class Settings(BaseSettings):
             raise ValueError("must be at least one second")
         return value
 
+    @field_validator("smtp_url", mode="after")
+    @classmethod
+    def _smtp_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        scheme, _, rest = value.partition("://")
+        if scheme.lower() not in ("smtp", "smtps", "smtp+starttls") or not rest.strip("/"):
+            raise ValueError(
+                "must be an smtp://, smtp+starttls:// or smtps:// URL such as smtp://localhost:25"
+            )
+        return value
+
     @field_validator("webhook_backoff", mode="after")
     @classmethod
     def _backoff(cls, value: timedelta) -> timedelta:
@@ -416,8 +432,8 @@ class Settings(BaseSettings):
 
     @property
     def notifies(self) -> bool:
-        """Whether events are written and a worker runs: a webhook to tell, or due times to keep."""
-        return self.webhook_url is not None or self.keeps_deadlines
+        """Whether events are written and a worker runs: a webhook or mail to tell, or due times to keep."""
+        return self.webhook_url is not None or self.smtp_url is not None or self.keeps_deadlines
 
     @property
     def keeps_deadlines(self) -> bool:

@@ -38,7 +38,7 @@ MAX_NOTES_CHARS = 500
 # without it was started by 0.1.0 or earlier (schema 1). Raise it whenever a state key is added,
 # removed, renamed or changes meaning, and register how to read the previous schema in
 # `workflow/upgrade.py`: threads wait at the gate for days, across upgrades.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # A question is a sentence or a paragraph: a longer one is refused before a run starts.
 MAX_QUESTION_CHARS = 2000
 

@@ -345,3 +345,106 @@ def test_forget_takes_a_user_out_of_the_events_and_nothing_more_is_sent_in_their
     cli.ok("forget", "--user", "ann", "--yes")
     assert {b["thread_id"] for b in bodies()} == {his}
     assert {d["thread_id"] for d in deliveries(cli)} == {his}
+
+
+def test_email_reaches_the_approvers_with_a_link_that_decides_nothing_and_names_the_current_draft(cli, serve):
+    from tests.support.smtp_server import SmtpServer
+    from tests.support.web import FormClient
+
+    with SmtpServer() as smtp:
+        cli = Cli(
+            env=cli.env | {"MA_SMTP_URL": smtp.url, "MA_PUBLIC_URL": "http://inbox.test"},
+            cwd=cli.cwd,
+            harness=cli.harness,
+        )
+        token = cli.ok("approvers", "add", "dora", "--email", "dora@example.test").stdout.strip()
+        cli.ok("approvers", "add", "rev", "--role", "reviewer", "--email", "rev@example.test")
+        cli.ok("approvers", "add", "bob")  # no address: no mail
+        assert "dora@example.test" in cli.ok("approvers", "list").stdout
+        bad = cli.fails("approvers", "set-email", "bob", "not an address")
+        assert bad.returncode == 2 and "is not an email address" in bad.stderr
+        thread = analyze(cli)
+        server = serve(cli)  # its worker sends the mail
+        smtp.wait_for(lambda s: len(s.to("dora@example.test")) == 1)
+        [first] = smtp.to("dora@example.test")
+        assert smtp.to("rev@example.test") == []  # a reviewer is not asked to approve
+        old = cli.ok("status", thread, "--json").json()["request"]
+        body = first.get_content()
+        link = f"http://inbox.test/threads/{thread}?draft={old['draft_id']}"
+        assert "decision requested (revision 1)" in first["Subject"] and link in body
+        assert "decides nothing" in body and old["draft_id"] in body
+
+        cli.ok("revise", thread, "--user", "dora", "--feedback", "look again at margins")
+        smtp.wait_for(lambda s: len(s.to("dora@example.test")) == 2)
+        current = cli.ok("status", thread, "--json").json()["request"]
+        assert current["revision"] == 2
+
+        browser = FormClient(server)
+        path = link.removeprefix("http://inbox.test")
+        assert browser.page(path).status_code == 303  # the link alone: to the sign-in page, nothing decided
+        assert browser.sign_in(token).status_code == 303
+        page = browser.page(path)
+        assert page.status_code == 200
+        assert (
+            f"names revision 1 (draft {old['draft_id']}), which is no longer the current draft" in page.text
+        )
+        assert f"revision 2 (draft {current['draft_id']}) replaced it" in page.text
+        assert f'value="{current["draft_id"]}"' in page.text and f'value="{old["draft_id"]}"' not in page.text
+        for _ in range(3):  # a mail scanner following the link, again and again
+            browser.page(path)
+        assert cli.ok("status", thread, "--json").json()["status"] == "awaiting_approval"
+        assert (
+            json.loads(cli.ok("audit", "list", "--thread", thread, "--json").stdout)[-1]["action"]
+            == "revised"
+        )
+        # The old draft is refused on the form too; the current one is approved.
+        stale = browser.submit(
+            path, f"/threads/{thread}/approve", draft_id=old["draft_id"], content_hash=old["content_hash"]
+        )
+        assert stale.status_code == 409
+        assert browser.submit(path, f"/threads/{thread}/approve").status_code == 303
+        server.stop()
+    assert cli.ok("status", thread, "--json").json()["status"] == "published"
+
+
+def test_two_replicas_and_a_worker_deliver_each_event_of_fifty_threads_once(
+    cli, receiver, serve, harness, tmp_path, postgres_url
+):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support import SHARED_RECORDS
+
+    env = {"POSTGRES_URL": cli.env.get("POSTGRES_URL") or postgres_url, **SHARED_RECORDS}
+    cli = notifying(Cli(env=cli.env | env, cwd=cli.cwd, harness=cli.harness), receiver)
+    token = cli.ok("approvers", "add", "bob").stdout.strip()
+    replicas = [serve(cli, env={"MA_DATA_DIR": str(cli.cwd / f"host-{n}")}) for n in (1, 2)]
+    worker = harness.serve(
+        ["worker"], cli.env | {"MA_DATA_DIR": str(cli.cwd / "host-3")}, cli.cwd, tmp_path / "w.log"
+    )
+    try:
+        tickers = ["NVDA", "MSFT", "AAPL", "AMZN", "GOOG"] * 10
+        started = harness.run_together(
+            [(["analyze", t, "--user", "ann", "--json"], cli.env) for t in tickers], cwd=cli.cwd
+        )
+        assert all(o.returncode == 0 for o in started), [o.stderr for o in started if o.returncode]
+        threads = [json.loads(o.stdout)["thread_id"] for o in started]
+        apis = [replica.client(token) for replica in replicas]
+
+        def approve(n_thread: tuple[int, str]) -> int:
+            n, thread = n_thread
+            api = apis[n % 2]
+            draft_id = api.get(f"/api/threads/{thread}").json()["request"]["draft_id"]
+            return api.post(f"/api/threads/{thread}/approve", json={"draft_id": draft_id}).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(approve, enumerate(threads))) == {200}
+        receiver.wait_for(lambda r: len(r.taken) == 100, timeout=90, what="100 events")
+        time.sleep(2.0)  # two ticks more: nothing is sent again
+    finally:
+        stop_process(worker)
+        for replica in replicas:
+            replica.stop()
+    assert receiver.repeats == 0 and receiver.forged == []
+    assert all(receiver.of_thread(t) == ["requested", "published"] for t in threads)
+    rows = deliveries(cli)
+    assert len(rows) == 100 and {(r["status"], r["attempts"]) for r in rows} == {("delivered", 1)}

@@ -270,6 +270,14 @@ BENCH_LINES: dict[str, list[str]] = {
         "analyze  p50 sealed",
         "approve  p50 sealed",
     ],
+    "notifications": [
+        "notifications: 30 events to a local receiver",
+        "one worker ",
+        "two workers",
+        "events/s",
+        "approve, events written (worker running)",
+        "ratio at p50",
+    ],
 }  # fmt: skip
 
 

@@ -96,6 +96,9 @@ def test_a_server_run_asks_with_a_typed_request_and_a_resume_publishes_through_t
         "approvals": [],
         "approvals_needed": 1,
         "drafted_at": paused.values["drafted_at"],
+        "due_at": None,  # no MA_DECISION_DUE here, nor MA_EXPIRE_AFTER
+        "expires_at": None,
+        "expired_at": None,
         "refused": None,
         "action_request": {
             "action": "Approve report",

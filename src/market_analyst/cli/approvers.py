@@ -24,11 +24,12 @@ RoleName = Literal["requester", "reviewer", "approver", "operator"]
 def add(
     name: str = typer.Argument(..., help="The approver's name, recorded with each decision."),
     role: RoleName = typer.Option("approver", "--role", help=ROLE_HELP),
+    email: str = typer.Option(None, "--email", help="Where notifications reach them (MA_SMTP_URL)."),
 ) -> None:
     """Make an approver and print their sign-in token (shown only this once)."""
     from market_analyst.workflow.approvers import add_approver
 
-    token = add_approver(load_settings(), name, role)
+    token = add_approver(load_settings(), name, role, email)
     print(token)
     print(
         f"Approver {name!r} added as {role}. The token above is shown only now: give it to {name}.",
@@ -48,6 +49,18 @@ def role(
     print(f"Approver {name!r} is now a {new_role}.")
 
 
+@app.command("set-email")
+def set_email(
+    name: str = typer.Argument(..., help="The approver."),
+    email: str = typer.Argument(None, help="Their address; without it, they get no more email."),
+) -> None:
+    """Give an approver the address notifications reach them at (or none)."""
+    from market_analyst.workflow.approvers import set_email as change
+
+    change(load_settings(), name, email)
+    print(f"Approver {name!r} gets email at {email}." if email else f"Approver {name!r} gets no email.")
+
+
 @app.command("list")
 def list_(json_output: bool = JSON_OPTION) -> None:
     """List the approvers (names and when they were added; never tokens)."""
@@ -55,12 +68,15 @@ def list_(json_output: bool = JSON_OPTION) -> None:
 
     found = list_approvers(load_settings())
     if json_output:
-        emit_json([{"name": a.name, "role": a.role, "created_at": a.created_at} for a in found])
+        emit_json(
+            [{"name": a.name, "role": a.role, "created_at": a.created_at, "email": a.email} for a in found]
+        )
         return
     if not found:
         print("No approvers. Add one with: market-analyst approvers add NAME", file=sys.stderr)
     for approver in found:
-        print(f"{approver.name}  {approver.role}  added {approver.created_at}")
+        where = f"  {approver.email}" if approver.email else ""
+        print(f"{approver.name}  {approver.role}  added {approver.created_at}{where}")
 
 
 @app.command("remove")

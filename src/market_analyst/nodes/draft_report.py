@@ -116,6 +116,7 @@ def draft_report(state: AnalystState, config: RunnableConfig, runtime: Runtime[D
             content_hash=content_hash(draft.markdown),
             revision=draft.revision,
             by=state.get("user_id"),
+            requester=state.get("user_id"),
             due_at=iso(times.due_at),
             expires_at=iso(times.expires_at),
         )

@@ -156,6 +156,7 @@ def publish(state: AnalystState, config: RunnableConfig, runtime: Runtime[Deps])
             content_hash=content_hash(draft.markdown),
             revision=draft.revision,
             by=", ".join(approval.approvers or [approval.by]),
+            requester=state.get("user_id"),
             verified=approval.verified,
             door=approval.door,
         )

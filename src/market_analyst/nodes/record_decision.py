@@ -147,6 +147,7 @@ def record_decision(state: AnalystState, config: RunnableConfig, runtime: Runtim
         content_hash=digest,
         revision=int(draft["revision"]),
         by=decision.by,
+        requester=state.get("user_id"),
         verified=decision.verified,
         door=decision.door,
     )

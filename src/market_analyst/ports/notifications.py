@@ -27,6 +27,7 @@ class Event:
     content_hash: str | None = None
     revision: int | None = None
     by: str | None = None  # who acted: the requester for `requested`, the approvers for `published`
+    requester: str | None = None  # whom the analysis was for (told of its outcome)
     verified: bool | None = None  # whether the door authenticated `by` (the CLI's names are not)
     door: str | None = None  # the door the decision came through
     approvals: str | None = None  # for `counted`: "1 of 2"

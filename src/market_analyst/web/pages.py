@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from market_analyst.decisions import Action
@@ -167,8 +167,33 @@ def inbox(request: Request, who: Signed) -> Response:
     return page(request, "inbox.html", who.session, rows=rows)
 
 
+def linked_draft_notice(
+    linked: str, draft: dict[str, Any] | None, drafts: list[dict[str, Any]]
+) -> str | None:
+    """What the page says when it was opened from a link to a draft (`?draft=`, as notifications link)
+    that is no longer the current one: which revision the link named and which is current. Nothing
+    is decided by opening it."""
+    if not linked or not draft or linked == draft.get("draft_id"):
+        return None
+    named = next((d for d in drafts if d.get("draft_id") == linked), None)
+    which = (
+        f"revision {named['revision']} (draft {linked})" if named else f"draft {linked}, not of this thread"
+    )
+    return (
+        f"The link you followed names {which}, which is no longer the current draft: revision "
+        f"{draft.get('revision')} (draft {draft.get('draft_id')}) replaced it and is shown below. A decision "
+        "applies to the current draft only."
+    )
+
+
 @router.get("/threads/{thread_id}")
-def thread_page(request: Request, thread_id: str, who: Signed, done: str = "") -> Response:
+def thread_page(
+    request: Request,
+    thread_id: str,
+    who: Signed,
+    done: str = "",
+    linked: Annotated[str, Query(alias="draft", max_length=64)] = "",
+) -> Response:
     settings = web(request).settings
     found = actions.details(settings, thread_id)
     draft = found.view.draft
@@ -187,7 +212,7 @@ def thread_page(request: Request, thread_id: str, who: Signed, done: str = "") -
         feedback=feedback_history(found.drafts),
         diff=diff,
         diff_from=diff_from,
-        notice=NOTICES.get(done),
+        notice=NOTICES.get(done) or linked_draft_notice(linked, draft, found.drafts),
         decision_request=found.view.request,
         may=actions.may_decide(settings, found.view, who.name),
         audit=actions.audit_trail(settings, thread_id),

@@ -18,13 +18,21 @@ __all__ = [
     "list_sessions",
     "remove_approver",
     "revoke_sessions",
+    "set_email",
     "set_role",
 ]
 
 
-def add_approver(settings: Settings, name: str, role: str = "approver") -> str:
-    """Make approver `name` with `role` and return its token (shown once; only its hash is kept)."""
-    return open_approvers(settings).add(name, settings.now().isoformat(timespec="seconds"), role)
+def add_approver(settings: Settings, name: str, role: str = "approver", email: str | None = None) -> str:
+    """Make approver `name` with `role` (and `email`, where notifications reach them) and return its
+    token (shown once; only its hash is kept)."""
+    return open_approvers(settings).add(name, settings.now().isoformat(timespec="seconds"), role, email)
+
+
+def set_email(settings: Settings, name: str, email: str | None) -> None:
+    """Give approver `name` an address for notifications, or none."""
+    if not open_approvers(settings).set_email(name, email):
+        raise UserError(f"no approver named {name!r} (list them with: market-analyst approvers list)")
 
 
 def set_role(settings: Settings, name: str, role: str) -> None:

@@ -59,6 +59,8 @@ STATE_KEYS[3] = STATE_KEYS[2] | {"recalled"}
 STATE_KEYS[4] = STATE_KEYS[3] | {"refused"}
 # Schema 5: the memories the thread's decisions and publication leave, until the store holds them.
 STATE_KEYS[5] = STATE_KEYS[4] | {"memory_outbox"}
+# Schema 6: the draft whose expiry was recorded (MA_EXPIRE_AFTER).
+STATE_KEYS[6] = STATE_KEYS[5] | {"expired"}
 
 # The released versions whose threads carry each schema, for messages an operator reads.
 WRITTEN_BY: dict[int, str] = {
@@ -67,6 +69,7 @@ WRITTEN_BY: dict[int, str] = {
     3: "a version of market-analyst that recalls memories",
     4: "a version of market-analyst that seals decisions",
     5: "a version of market-analyst that records decisions before their memories",
+    6: "a version of market-analyst that keeps due times",
 }
 
 
@@ -112,11 +115,19 @@ def _schema_4_to_5(values: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": 5}
 
 
+def _schema_5_to_6(values: dict[str, Any]) -> dict[str, Any]:
+    """Schema 6 adds `expired` and removes nothing: no draft of a thread of schema 5 had its expiry
+    recorded (drafts did not expire), which is what an absent `expired` says. Its draft's due times
+    are counted from its `drafted_at` under today's settings, as a new draft's are."""
+    return {"schema_version": 6}
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(source=1, apply=_schema_1_to_2),
     2: Migration(source=2, apply=_schema_2_to_3),
     3: Migration(source=3, apply=_schema_3_to_4),
     4: Migration(source=4, apply=_schema_4_to_5),
+    5: Migration(source=5, apply=_schema_5_to_6),
 }
 
 

@@ -69,6 +69,17 @@ def check_role(role: str) -> None:
         raise UserError(f"unknown role {role!r}: use {' or '.join(ROLES)}")
 
 
+_EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+
+
+def check_email(email: str) -> str:
+    """`email` as kept (trimmed), or `UserError` unless it is one plain address."""
+    email = email.strip()
+    if not _EMAIL.fullmatch(email):
+        raise UserError(f"{email!r} is not an email address such as dora@example.com")
+    return email
+
+
 def new_entry(name: str, created_at: str, role: str) -> tuple[str, dict[str, Any]]:
     """A new approver's token (its only appearance) and the entry a store keeps of it (the token's
     ID and argon2 hash, never the token)."""
@@ -96,7 +107,13 @@ def exists(name: str) -> UserError:
 
 def approver_of(entry: dict[str, Any]) -> Approver:
     """An approver as listed, from its entry (entries made before roles existed are approvers)."""
-    return Approver(entry["name"], entry["token_id"], entry["created_at"], entry.get("role", "approver"))
+    return Approver(
+        entry["name"],
+        entry["token_id"],
+        entry["created_at"],
+        entry.get("role", "approver"),
+        entry.get("email"),
+    )
 
 
 class ApproverRules(ABC):
@@ -115,14 +132,20 @@ class ApproverRules(ABC):
         """Give approver `name` the (checked) `role`; False when there is no such approver."""
 
     @abstractmethod
+    def _change_email(self, name: str, email: str | None) -> bool:
+        """Give approver `name` the (checked) address, or none; False when there is no such approver."""
+
+    @abstractmethod
     def stored(self) -> list[dict[str, Any]]:
         """Every approver's entry as stored (with its token hash, never a token), by name: what a copy
         carries over."""
 
-    def add(self, name: str, created_at: str, role: str = "approver") -> str:
-        """Make an approver with `role` (approver or reviewer) and return its token, the only time it
-        is ever available."""
+    def add(self, name: str, created_at: str, role: str = "approver", email: str | None = None) -> str:
+        """Make an approver with `role` (approver or reviewer), and `email` if given, and return its
+        token, the only time it is ever available."""
         token, entry = new_entry(name, created_at, role)
+        if email is not None:
+            entry["email"] = check_email(email)
         if not self._insert(entry):
             raise exists(name)
         return token
@@ -131,6 +154,11 @@ class ApproverRules(ABC):
         """Give approver `name` another role; False when there is no such approver."""
         check_role(role)
         return self._change_role(name, role)
+
+    def set_email(self, name: str, email: str | None) -> bool:
+        """Give approver `name` an address for notifications (None: none); False when there is no such
+        approver."""
+        return self._change_email(name, check_email(email) if email is not None else None)
 
     def list(self) -> list[Approver]:
         """Every approver, by name."""

@@ -109,6 +109,18 @@ class ApproverStore(ApproverRules):
             self._save(entries)
         return True
 
+    def _change_email(self, name: str, email: str | None) -> bool:
+        with self._locked():
+            entries = self._entries()
+            if name not in entries:
+                return False
+            if email is None:
+                entries[name].pop("email", None)
+            else:
+                entries[name]["email"] = email
+            self._save(entries)
+        return True
+
     def _entry(self, name: str) -> dict[str, Any] | None:
         return self._entries().get(name)
 

@@ -38,8 +38,9 @@ MIGRATIONS = (
         secret text NOT NULL
     )
     """,
+    "ALTER TABLE ma_approvers ADD COLUMN email text",
 )
-_COLUMNS = "name, token_id, token_hash, created_at, role"
+_COLUMNS = "name, token_id, token_hash, created_at, role, email"
 
 
 class PostgresApproverStore(ApproverRules):
@@ -61,9 +62,16 @@ class PostgresApproverStore(ApproverRules):
     def _insert(self, entry: dict[str, Any]) -> bool:
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(
-                f"INSERT INTO ma_approvers ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s) "
+                f"INSERT INTO ma_approvers ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (name) DO NOTHING RETURNING name",
-                (entry["name"], entry["token_id"], entry["token_hash"], entry["created_at"], entry["role"]),
+                (
+                    entry["name"],
+                    entry["token_id"],
+                    entry["token_hash"],
+                    entry["created_at"],
+                    entry["role"],
+                    entry.get("email"),
+                ),
             )
             return cur.fetchone() is not None
 
@@ -78,11 +86,17 @@ class PostgresApproverStore(ApproverRules):
             cur.execute("UPDATE ma_approvers SET role = %s WHERE name = %s RETURNING name", (role, name))
             return cur.fetchone() is not None
 
+    def _change_email(self, name: str, email: str | None) -> bool:
+        with self.tables.connect() as conn, conn.cursor() as cur:
+            cur.execute("UPDATE ma_approvers SET email = %s WHERE name = %s RETURNING name", (email, name))
+            return cur.fetchone() is not None
+
     def stored(self) -> list[dict[str, Any]]:
         """Every approver's row (with its token hash, never a token), by name."""
         with self.tables.connect() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT {_COLUMNS} FROM ma_approvers ORDER BY name")
-            return [dict(row) for row in cur.fetchall()]
+            # As the file keeps them: an approver without an address has no `email` key.
+            return [{k: v for k, v in row.items() if k != "email" or v is not None} for row in cur.fetchall()]
 
     def put_stored(self, entries: list[dict[str, Any]]) -> tuple[int, int]:
         """Add approvers as another store holds them (their token hashes kept, so their tokens keep
@@ -97,9 +111,10 @@ class PostgresApproverStore(ApproverRules):
                     "token_hash": entry["token_hash"],
                     "created_at": entry["created_at"],
                     "role": entry.get("role", "approver"),
+                    "email": entry.get("email"),
                 }
                 cur.execute(
-                    f"INSERT INTO ma_approvers ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s) "
+                    f"INSERT INTO ma_approvers ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
                     "ON CONFLICT DO NOTHING RETURNING name",
                     tuple(row.values()),
                 )

@@ -20,9 +20,9 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from procrastinate import App, BaseRetryStrategy, JobContext, PsycopgConnector, RetryDecision
 from procrastinate.exceptions import AlreadyEnqueued, ProcrastinateException
@@ -67,22 +67,22 @@ class _Backoff(BaseRetryStrategy):
         return RetryDecision(retry_at=datetime.now(UTC) + timedelta(seconds=wait))
 
 
-@dataclass(frozen=True)
-class Receiver:
-    """Where events go: a name (the delivery rows' `receiver`) and how one event is sent there."""
+class Routes(Protocol):
+    """Where events go: the receivers of each event (the delivery rows' `receiver`: `webhook`,
+    `email:NAME`), and how one is sent to one of them (`DeliveryFailed` when it was not)."""
 
-    name: str
-    send: Callable[[Event], None]
+    def receivers(self, event: Event) -> list[str]: ...
+    def send(self, receiver: str, event: Event) -> None: ...
 
 
 class Queue:
-    """The job queue of one records database: defers and runs the delivery of events to `receivers`."""
+    """The job queue of one records database: defers and runs the delivery of events along `routes`."""
 
     def __init__(
         self,
         server: PostgresServer,
         store: NotificationStore,
-        receivers: list[Receiver],
+        routes: Routes,
         *,
         attempts: int,
         backoff: float,
@@ -91,7 +91,7 @@ class Queue:
         expire: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.server, self.store, self.attempts, self.backoff = server, store, attempts, backoff
-        self.receivers = {r.name: r for r in receivers}
+        self.routes = routes
         self.deadlines, self.now, self.expire = deadlines, now, expire
 
     @functools.cached_property
@@ -121,7 +121,7 @@ class Queue:
     async def relay(self) -> None:
         """One pass of the relay: new events into deliveries, deliveries into jobs, stalled jobs back."""
         await asyncio.to_thread(self.keep_deadlines)
-        await asyncio.to_thread(self.store.relay, sorted(self.receivers))
+        await asyncio.to_thread(self.store.relay, self.routes.receivers)
         for event_id, receiver, thread_id in await asyncio.to_thread(self.store.without_job):
             await self.defer(event_id, receiver, thread_id)
         manager = self.app.job_manager
@@ -191,12 +191,8 @@ class Queue:
         if found is None:
             return
         event, attempts = found
-        target = self.receivers.get(receiver)
-        if target is None:
-            self.store.mark(event_id, receiver, "dead", f"no receiver {receiver!r} is configured any more")
-            return
         try:
-            target.send(event)
+            self.routes.send(receiver, event)
         except Exception as exc:
             why = str(exc) if isinstance(exc, DeliveryFailed) else f"{type(exc).__name__}: {exc}"[:300]
             if attempts + 1 >= self.attempts:

@@ -13,8 +13,14 @@ which is why receivers de-duplicate by ID.
 from __future__ import annotations
 
 import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import psycopg
 
 from market_analyst.persistence.postgres.records import RecordsTables
 from market_analyst.persistence.postgres.server import PostgresServer
@@ -87,28 +93,56 @@ class NotificationStore:
 
     def __init__(self, server: PostgresServer) -> None:
         self.tables = RecordsTables(server, COMPONENT, MIGRATIONS)
+        self._conn: Any = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _connected(self) -> Iterator[Any]:
+        """This process's connection to the outbox, opened on first use and kept (a decision writes
+        its event without connecting anew), one user at a time; opened again after a failure."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the parent's connection is not its own
+                self._conn, self._pid = None, os.getpid()
+            if self._conn is not None and not self._conn.closed:
+                try:  # kept since an earlier use: a server restarted since then has dropped it
+                    self._conn.execute("SELECT 1")
+                except psycopg.Error:
+                    self._conn.close()
+                    self._conn = None
+            if self._conn is None or self._conn.closed:
+                self._conn = self.tables.open()
+            try:
+                yield self._conn
+            except psycopg.OperationalError as exc:
+                self._conn.close()
+                self._conn = None
+                raise self.tables.stopped(exc) from None
 
     def put(self, event: Event) -> None:
         """Keep `event`, unless an event of its ID is kept already."""
-        with self.tables.connect() as conn:
+        with self._connected() as conn:
             conn.execute(
                 "INSERT INTO ma_events (event_id, kind, thread_id, at, body) VALUES (%s, %s, %s, %s, %s) "
                 "ON CONFLICT (event_id) DO NOTHING",
                 (event.event_id, event.kind, event.thread_id, event.at, json.dumps(asdict(event))),
             )
 
-    def relay(self, receivers: list[str], limit: int = 500) -> int:
-        """Give every event not yet relayed one delivery row per receiver, in the order the events were
-        written; returns how many events. Two relays at once take different events (or none)."""
-        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+    def relay(self, receivers: Callable[[Event], list[str]], limit: int = 500) -> int:
+        """Give every event not yet relayed one delivery row per receiver (`receivers(event)`), in the
+        order the events were written; returns how many events. Two relays at once take different
+        events (or none)."""
+        with self._connected() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(
-                "SELECT event_id FROM ma_events WHERE NOT relayed ORDER BY seq LIMIT %s "
+                "SELECT event_id, body FROM ma_events WHERE NOT relayed ORDER BY seq LIMIT %s "
                 "FOR UPDATE SKIP LOCKED",
                 (limit,),
             )
-            ids = [row["event_id"] for row in cur.fetchall()]
-            for event_id in ids:
-                for receiver in receivers:
+            rows = cur.fetchall()
+            ids = [row["event_id"] for row in rows]
+            for row in rows:
+                event_id = row["event_id"]
+                for receiver in receivers(_event(row["body"])):
                     cur.execute(
                         "INSERT INTO ma_deliveries (event_id, receiver) VALUES (%s, %s) "
                         "ON CONFLICT DO NOTHING",
@@ -121,7 +155,7 @@ class NotificationStore:
     def without_job(self, limit: int = 500) -> list[tuple[str, str, str]]:
         """Pending deliveries that no job waits on or works on (never queued, or their job lost):
         `(event_id, receiver, thread_id)`, in the order their events were written."""
-        with self.tables.connect() as conn, conn.cursor() as cur:
+        with self._connected() as conn, conn.cursor() as cur:
             cur.execute(
                 """
                 SELECT d.event_id, d.receiver, e.thread_id
@@ -142,7 +176,7 @@ class NotificationStore:
         """The event of a pending delivery and the attempts made so far; None when it was delivered,
         is dead, or is gone. Read without a lock: one thread's deliveries to a receiver share a queue
         lock, so no two jobs of one delivery run at once."""
-        with self.tables.connect() as conn, conn.cursor() as cur:
+        with self._connected() as conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT d.status, d.attempts, e.body "
                 "FROM ma_deliveries d JOIN ma_events e USING (event_id) "
@@ -157,7 +191,7 @@ class NotificationStore:
     def mark(self, event_id: str, receiver: str, status: str, error: str | None = None) -> None:
         """Record one attempt's outcome: `delivered`; `pending` with the error of a failure to retry;
         `dead` with the error of the last failure."""
-        with self.tables.connect() as conn:
+        with self._connected() as conn:
             conn.execute(
                 "UPDATE ma_deliveries SET status = %s, attempts = attempts + 1, last_error = %s, "
                 "updated = now(), delivered_at = CASE WHEN %s = 'delivered' THEN now() END "
@@ -175,7 +209,7 @@ class NotificationStore:
         if thread_id:
             where.append("e.thread_id = %s")
             args.append(thread_id)
-        with self.tables.connect() as conn, conn.cursor() as cur:
+        with self._connected() as conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT e.event_id, coalesce(d.receiver, '-') AS receiver, e.kind, e.thread_id, "
                 "coalesce(d.status, CASE WHEN e.relayed THEN 'none' ELSE 'waiting' END) AS status, "
@@ -190,7 +224,7 @@ class NotificationStore:
     def revive(self, event_id: str | None) -> list[tuple[str, str, str]]:
         """Dead deliveries (of one event, or all) made pending again with no attempts counted: what
         `notifications retry` sends once more. Returns `(event_id, receiver, thread_id)`."""
-        with self.tables.connect() as conn, conn.cursor() as cur:
+        with self._connected() as conn, conn.cursor() as cur:
             cur.execute(
                 "UPDATE ma_deliveries d SET status = 'pending', attempts = 0, updated = now() "
                 "FROM ma_events e WHERE d.event_id = e.event_id AND d.status = 'dead' "
@@ -204,7 +238,7 @@ class NotificationStore:
         """The `requested` events whose draft has no decision that ends the wait yet (published,
         rejected, revised or expired): the requests whose due times are still kept. A request found
         decided is closed on the way, so it is not looked at again."""
-        with self.tables.connect() as conn, conn.cursor() as cur:
+        with self._connected() as conn, conn.cursor() as cur:
             cur.execute(
                 """
                 UPDATE ma_events r SET closed = true
@@ -219,28 +253,29 @@ class NotificationStore:
 
     def close(self, event_id: str) -> None:
         """Keep no more due times for this request (its thread is gone)."""
-        with self.tables.connect() as conn:
+        with self._connected() as conn:
             conn.execute("UPDATE ma_events SET closed = true WHERE event_id = %s", (event_id,))
 
     def erase_user(self, user: str, threads: set[str]) -> int:
         """`forget`: remove the events of `threads` (the user's) with their deliveries, and take the
         user's name out of every other event (who acted, who an escalation told); how many events."""
-        with self.tables.connect() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._connected() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("DELETE FROM ma_events WHERE thread_id = ANY(%s)", (sorted(threads),))
             removed = cur.rowcount
             cur.execute(
                 "SELECT event_id, body FROM ma_events WHERE strpos(body->>'by', %s) > 0 "
-                "OR body->'to' @> to_jsonb(ARRAY[%s::text])",
-                (user, user),
+                "OR body->>'requester' = %s OR body->'to' @> to_jsonb(ARRAY[%s::text])",
+                (user, user, user),
             )
             changed = 0
             for row in cur.fetchall():
                 body = dict(row["body"])
                 names = [n for n in str(body.get("by") or "").split(", ") if n]
-                if user not in names and user not in (body.get("to") or []):
+                if user not in names and user not in (body.get("to") or []) and body.get("requester") != user:
                     continue
                 kept = [n for n in names if n != user]
                 body["by"] = ", ".join(kept) or None
+                body["requester"] = None if body.get("requester") == user else body.get("requester")
                 body["to"] = [n for n in body.get("to") or [] if n != user]
                 cur.execute(
                     "UPDATE ma_events SET body = %s WHERE event_id = %s", (json.dumps(body), row["event_id"])
@@ -249,6 +284,6 @@ class NotificationStore:
         return removed + changed
 
     def known(self, event_id: str) -> bool:
-        with self.tables.connect() as conn, conn.cursor() as cur:
+        with self._connected() as conn, conn.cursor() as cur:
             cur.execute("SELECT 1 FROM ma_events WHERE event_id = %s", (event_id,))
             return cur.fetchone() is not None

@@ -36,6 +36,7 @@ def payload(event: Event, public_url: str) -> dict[str, Any]:
             "content_hash": event.content_hash,
             "revision": event.revision,
             "by": event.by,
+            "requester": event.requester,
             "verified": event.verified,
             "door": event.door,
             "at": event.at,

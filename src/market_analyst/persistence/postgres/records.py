@@ -120,9 +120,9 @@ class RecordsTables:
                 _uris[self._place] = known
         return known
 
-    @contextmanager
-    def connect(self) -> Iterator[Any]:
-        """An autocommit dict-row connection with this component's tables current; closed on exit."""
+    def open(self) -> Any:
+        """An autocommit dict-row connection with this component's tables current, which the caller
+        closes (`connect` closes its own)."""
         uri = self._uri()
         try:
             conn = postgres_connect(uri, redact_url(uri), embedded=self.server.embedded)
@@ -135,13 +135,28 @@ class RecordsTables:
                 migrate(conn, self.component, self.migrations)
                 with _lock:
                     _migrated.add((uri, self.component))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def stopped(self, exc: Exception) -> ServiceUnavailable:
+        """What a connection that stopped answering is reported as (the address is found again next)."""
+        uri = self._uri()
+        with _lock:
+            _uris.pop(self._place, None)
+        return ServiceUnavailable(
+            f"the records database at {redact_url(uri)} stopped answering ({str(exc).strip()[:200]}); "
+            "what finished before is kept: run the command again"
+        )
+
+    @contextmanager
+    def connect(self) -> Iterator[Any]:
+        """An autocommit dict-row connection with this component's tables current; closed on exit."""
+        conn = self.open()
+        try:
             yield conn
         except psycopg.OperationalError as exc:
-            with _lock:
-                _uris.pop(self._place, None)
-            raise ServiceUnavailable(
-                f"the records database at {redact_url(uri)} stopped answering ({str(exc).strip()[:200]}); "
-                "what finished before is kept: run the command again"
-            ) from None
+            raise self.stopped(exc) from None
         finally:
             conn.close()
