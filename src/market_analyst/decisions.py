@@ -33,6 +33,7 @@ from market_analyst.state import HORIZONS, RISK_TOLERANCES, USER_ID_PATTERN
 # `expire` is the deadline's own decision: taken only once the draft's expiry has passed, from anyone
 # (the worker that keeps due times sends it), and it approves, rejects and publishes nothing.
 Action = Literal["approve", "reject", "revise", "expire"]
+ClientAction = Literal["approve", "reject", "revise"]  # what a person may send: never `expire`
 Door = Literal["cli", "web", "api", "langgraph", "deadline"]
 Role = Literal["requester", "reviewer", "approver", "operator"]
 ROLES: tuple[str, ...] = ("requester", "reviewer", "approver", "operator")
@@ -186,7 +187,7 @@ class ClientDecision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    action: Action
+    action: ClientAction
     draft_id: str = Field(min_length=1, max_length=64)
     content_hash: str | None = Field(None, max_length=64)
     by: str | None = None
@@ -241,7 +242,11 @@ def refusal(
             f"(draft {request.draft_id}) is; {how} and decide on it again",
         )
     if decision.action == "expire":
-        if request.expires_at is None or not _reached(decision.at, request.expires_at):
+        if decision.door != "deadline":
+            return DecisionRefused(403, "an expiry is recorded by the deadline's own worker, never sent")
+        if request.expired_at:
+            return DecisionRefused(409, f"draft {request.draft_id} expired already, at {request.expired_at}")
+        if request.expires_at is None or _reached(decision.at, request.expires_at) is not True:
             return DecisionRefused(
                 409,
                 f"draft {request.draft_id} of thread {request.thread_id} does not expire "
@@ -249,7 +254,7 @@ def refusal(
             )
         return None
     if decision.action == "approve" and (
-        request.expired_at or (request.expires_at and _reached(decision.at, request.expires_at))
+        request.expired_at or (request.expires_at and _reached(decision.at, request.expires_at) is not False)
     ):
         return DecisionRefused(
             409,
@@ -381,15 +386,16 @@ def validated(
     return decided
 
 
-def _reached(at: str | None, moment: str) -> bool:
-    """Whether the time `at` (None: now) is at or after `moment`; both UTC ISO times."""
+def _reached(at: str | None, moment: str) -> bool | None:
+    """Whether the time `at` (None: now) is at or after `moment`, both UTC ISO times; None when either
+    cannot be read as one (the callers then refuse what they check)."""
     from datetime import UTC, datetime
 
     try:
         when = datetime.fromisoformat(at) if at else datetime.now(UTC)
         return when >= datetime.fromisoformat(moment)
     except (TypeError, ValueError):
-        return False
+        return None
 
 
 def not_before(at: str, drafted_at: str | None) -> str:

@@ -528,7 +528,7 @@ def deadlines(settings: Settings) -> Deadlines:
     )
 
 
-def open_queue(settings: Settings, expire: Callable[[str, str], bool] | None = None) -> Queue:
+def open_queue(settings: Settings, expire: Callable[[str, str], bool | None] | None = None) -> Queue:
     """The job queue that delivers events to the configured receivers (`MA_WEBHOOK_URL`) and keeps
     the due times; `expire(thread_id, draft_id)` records a draft's expiry (False: nothing there can
     expire any more)."""

@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
@@ -338,9 +339,16 @@ class Settings(BaseSettings):
         if value is None:
             return value
         scheme, _, rest = value.partition("://")
-        if scheme.lower() not in ("smtp", "smtps", "smtp+starttls") or not rest.strip("/"):
+        problem = scheme.lower() not in ("smtp", "smtps", "smtp+starttls") or not rest.strip("/")
+        try:
+            parts = urlsplit(value)
+            problem = problem or not parts.hostname or parts.port == 0
+        except ValueError:  # a port that is not one (or a password with an unescaped '/', '#', '?')
+            problem = True
+        if problem:
             raise ValueError(
-                "must be an smtp://, smtp+starttls:// or smtps:// URL such as smtp://localhost:25"
+                "must be an smtp://, smtp+starttls:// or smtps:// URL such as smtp://localhost:25 "
+                "(percent-encode '/', '#', '?' and '@' in a password)"
             )
         return value
 

@@ -264,7 +264,9 @@ def test_a_waiting_draft_is_reminded_escalated_and_expired_in_order_and_an_appro
     draft_id = shown["request"]["draft_id"]
     answer = api.post(f"/api/threads/{waiting}/approve", json={"draft_id": draft_id})
     assert answer.status_code == 409 and "expired at" in answer.json()["detail"], answer.text
-    server.stop()
+    # Still in sight: listed as waiting, as expired, for a revise.
+    listed = {t["thread_id"]: t["status"] for t in cli.ok("threads", "--pending", "--json").json()}
+    assert listed.get(waiting) == "expired", listed
     assert receiver.of_thread(waiting) == ["requested", "reminded", "escalated", "expired"]
     told = {e["data"]["action"]: e["data"] for e in receiver.taken if e["data"]["thread_id"] == waiting}
     assert told["escalated"]["to"] == ["dora"] and told["reminded"]["by"] is None
@@ -286,8 +288,12 @@ def test_a_waiting_draft_is_reminded_escalated_and_expired_in_order_and_an_appro
     audit = json.loads(cli.ok("audit", "list", "--thread", waiting, "--json").stdout)
     assert [e["action"] for e in audit] == ["expired"] and audit[0]["actor"] == "deadline"
     assert "verifies" in cli.ok("audit", "verify").stdout
-    # A revise drafts it again, with due times of its own.
-    cli.ok("revise", waiting, "--user", "bob", "--feedback", "fresh data please")
+    # A revise (here through the API) drafts it again, with due times of its own.
+    revised = api.post(
+        f"/api/threads/{waiting}/revise", json={"draft_id": draft_id, "feedback": "fresh data"}
+    )
+    assert revised.status_code == 200, revised.text
+    server.stop()
     again = cli.ok("status", waiting, "--json").json()
     assert again["status"] == "awaiting_approval" and again["request"]["revision"] == 2
     assert again["request"]["expires_at"] > status["request"]["expires_at"]

@@ -157,6 +157,39 @@ def test_a_server_run_asks_with_a_typed_request_and_a_resume_publishes_through_t
     assert len(list((tmp_path / "data" / "reports").glob("*.json"))) == 1
 
 
+def test_a_server_client_cannot_expire_a_draft_nor_approve_one_past_its_expiry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import time
+
+    graph = _server_graph(tmp_path, monkeypatch, {"MA_EXPIRE_AFTER": "1s"})
+    graph.invoke({"ticker": "NVDA", "user_id": "ann"}, CONFIG, context=dict(SERVER_CONTEXT))
+    draft_id = graph.get_state(CONFIG).values["draft"]["draft_id"]
+    time.sleep(1.1)  # past the expiry, by the real clock the gate reads
+
+    def resume(decision: Any) -> Any:
+        graph.invoke(Command(resume=decision), _as("bob"), context=dict(SERVER_CONTEXT))
+        return graph.get_state(CONFIG)
+
+    # An expiry is the deadline worker's alone: a client that sends one (with a note, even) records
+    # nothing, and the thread still waits.
+    for sent in (
+        {"action": "expire", "draft_id": draft_id},
+        {"action": "expire", "draft_id": draft_id, "note": "x"},
+    ):
+        again = resume(sent)
+        [asked] = again.interrupts
+        assert again.next == ("human_review",) and "action" in asked.value["refused"], asked.value["refused"]
+        assert again.values.get("expired") is None
+    refused = resume({"action": "approve", "draft_id": draft_id})
+    assert (
+        "expired at" in refused.interrupts[0].value["refused"] and refused.values.get("publication") is None
+    )
+    assert not (tmp_path / "data" / "audit" / "audit.jsonl").exists()  # nothing was recorded
+    revised = resume({"action": "revise", "draft_id": draft_id, "note": "fresh data"})
+    assert revised.values["draft"]["revision"] == 2 and revised.next == ("human_review",)
+
+
 # langgraph's tool runtime is typed with no context, so pydantic warns when it serialises a run's Deps;
 # the command line's runs do the same, where warnings are hidden without --debug.
 @pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")

@@ -27,7 +27,10 @@ def _age(iso: str | None, now: datetime) -> str:
 
 def threads(
     pending: bool = typer.Option(
-        False, "--pending", help="Only threads waiting for approval, or approved and still to be published."
+        False,
+        "--pending",
+        help="Only threads waiting for approval (or expired, waiting for a revise), or approved and still "
+        "to be published.",
     ),
     status: ThreadStatus | None = typer.Option(None, "--status", help="Only threads in this status."),
     user: str = typer.Option(None, "--user", help="Only threads this user started."),
@@ -45,8 +48,8 @@ def threads(
 
     if pending and status not in (None, *PENDING):
         raise UserError(
-            "--pending lists the threads of --status awaiting_approval and approved_pending_publish: "
-            "give one of --pending and --status"
+            "--pending lists the threads of --status awaiting_approval, expired and "
+            "approved_pending_publish: give one of --pending and --status"
         )
     statuses: tuple[ThreadStatus, ...] = (status,) if status else PENDING if pending else ()
     settings = load_settings(checkpointer=checkpointer)

@@ -63,7 +63,7 @@ def decision_memory(thread_id: str, state: AnalystState, decision: Decision, now
     The same decision gives the same memory, byte for byte."""
     text = memory_text(decision.note)
     owner = state.get("user_id")
-    if not text or not owner:
+    if not text or not owner or decision.action not in MEMORY_KINDS:  # an expiry leaves no memory
         return None
     kind = MEMORY_KINDS[decision.action]
     at = datetime.fromisoformat(decision.at) if decision.at else now
@@ -95,7 +95,10 @@ def outboxed(state: AnalystState, memory: Memory, deps: Deps) -> dict[str, Any]:
 
 
 def decision_event_id(thread_id: str, decision: Decision) -> str:
-    """The audit event of one decision: the same decision, re-applied after a crash, is one event."""
+    """The audit event of one decision: the same decision, re-applied after a crash, is one event (a
+    draft expires once, whenever its expiry is recorded)."""
+    if decision.action == "expire":
+        return f"expired:{thread_id}:{decision.draft_id}"
     key = "|".join((thread_id, decision.draft_id, decision.action, decision.by, decision.at or ""))
     return "decision:" + hashlib.sha256(key.encode()).hexdigest()[:32]
 

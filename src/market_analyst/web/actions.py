@@ -261,6 +261,6 @@ def _refusal_after(settings: Settings, thread_id: str, exc: UserError) -> Refusa
         return Refusal(422, str(exc))
     if view is None:
         return Refusal(404, str(exc))
-    if view.status == "awaiting_approval":
+    if view.status in ("awaiting_approval", "expired"):
         return Refusal(422, str(exc))
     return Refusal(409, str(exc), (view.publication or {}).get("key"))

@@ -192,7 +192,7 @@ def thread_page(
     thread_id: str,
     who: Signed,
     done: str = "",
-    linked: Annotated[str, Query(alias="draft", max_length=64)] = "",
+    linked: Annotated[str, Query(alias="draft", max_length=64, pattern=r"^[A-Za-z0-9_-]*$")] = "",
 ) -> Response:
     settings = web(request).settings
     found = actions.details(settings, thread_id)

@@ -50,9 +50,10 @@ class ThreadDetails:
     drafts: list[dict[str, Any]] = field(default_factory=list)
 
 
-# What the inbox lists: drafts waiting for a decision, and approved drafts whose publication has not
-# finished, which are never out of sight until they are published.
-PENDING: tuple[ThreadStatus, ...] = ("awaiting_approval", "approved_pending_publish")
+# What the inbox lists: drafts waiting for a decision, approved drafts whose publication has not
+# finished, which are never out of sight until they are published, and expired drafts, which wait
+# for a revise (or a rejection).
+PENDING: tuple[ThreadStatus, ...] = ("awaiting_approval", "approved_pending_publish", "expired")
 
 
 def pending_drafts(settings: Settings, limit: int = INBOX_LIMIT) -> list[PendingDraft]:

@@ -26,14 +26,25 @@ def _configured(settings: Settings) -> None:
         raise UserError(NOT_CONFIGURED)
 
 
-def expire_draft(settings: Settings, thread_id: str, draft_id: str) -> bool:
-    """Record that the draft's expiry has passed, through the gate (its audit entry and its event);
-    False when nothing there can expire any more (the thread is gone, decided, or on another draft).
-    Raises what is worth trying again (the thread busy, a store away)."""
+def expire_draft(settings: Settings, thread_id: str, draft_id: str) -> bool | None:
+    """Record that the draft's expiry has passed, through the gate (its audit entry and its event):
+    True once it is recorded (now or before); False when nothing there can expire any more (the
+    thread is gone or finished, or on another draft); None when not now (the thread is busy, between
+    steps, or its own request says the expiry is later): asked again at the next tick."""
     from market_analyst.decisions import Identity
     from market_analyst.errors import ThreadBusy
+    from market_analyst.workflow.inbox import find_thread
     from market_analyst.workflow.runs import decide
 
+    view = find_thread(settings, thread_id)
+    if view is None or view.status in ("published", "rejected", "ended"):
+        return False
+    if (view.request or {}).get("draft_id") not in (None, draft_id):
+        return False
+    if view.status == "expired":
+        return True
+    if view.status != "awaiting_approval":
+        return None
     try:
         decide(
             settings,
@@ -44,10 +55,10 @@ def expire_draft(settings: Settings, thread_id: str, draft_id: str) -> bool:
             memories="later",
         )
     except ThreadBusy:
-        raise
+        return None
     except UserError as exc:
-        log.info("thread %s: no expiry to record (%s)", thread_id, exc)
-        return False
+        log.info("thread %s: no expiry recorded now (%s)", thread_id, exc)
+        return None
     log.info("thread %s: draft %s expired", thread_id, draft_id)
     return True
 

@@ -69,7 +69,7 @@ def check_role(role: str) -> None:
         raise UserError(f"unknown role {role!r}: use {' or '.join(ROLES)}")
 
 
-_EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+_EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 
 
 def check_email(email: str) -> str:

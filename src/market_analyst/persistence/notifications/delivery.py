@@ -88,11 +88,12 @@ class Queue:
         backoff: float,
         deadlines: Deadlines | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
-        expire: Callable[[str, str], bool] | None = None,
+        expire: Callable[[str, str], bool | None] | None = None,
     ) -> None:
         self.server, self.store, self.attempts, self.backoff = server, store, attempts, backoff
         self.routes = routes
         self.deadlines, self.now, self.expire = deadlines, now, expire
+        self._written: set[str] = set()  # reminders and escalations this process has written
 
     @functools.cached_property
     def app(self) -> App:
@@ -150,22 +151,26 @@ class Queue:
                 if kind == "expired":
                     self._expire(request)
                     break
+                event_id = event_id_for(kind, request.thread_id, request.draft_id, str(n))
+                if event_id in self._written:  # written at an earlier tick: not asked again
+                    continue
                 self.store.put(
                     replace(
                         request,
-                        event_id=event_id_for(kind, request.thread_id, request.draft_id, str(n)),
+                        event_id=event_id,
                         kind=kind,  # type: ignore[arg-type]
                         at=iso(at) or request.at,
                         by=None,
                         to=self.deadlines.escalate_to if kind == "escalated" else (),
                     )
                 )
+                self._written.add(event_id)
 
     def _expire(self, request: Event) -> None:
         if self.expire is None:
             return
         try:
-            if not self.expire(request.thread_id, request.draft_id or ""):
+            if self.expire(request.thread_id, request.draft_id or "") is False:
                 self.store.close(request.event_id)  # nothing there can expire any more
         except Exception as exc:  # busy, or a store away: tried again at the next tick
             log.warning("the expiry of thread %s is not recorded yet: %s", request.thread_id, exc)

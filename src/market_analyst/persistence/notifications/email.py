@@ -65,15 +65,18 @@ def message(event: Event, sender: str, to: str, receiver: str, public_url: str) 
 def send(smtp_url: str, mail: EmailMessage) -> None:
     """Hand `mail` to the SMTP server `smtp_url` (smtp://, smtp+starttls:// or smtps://, with an
     optional user:password); `DeliveryFailed` unless it took it."""
-    parts = urlsplit(smtp_url)
-    host, scheme = parts.hostname or "localhost", parts.scheme.lower()
+    try:
+        parts = urlsplit(smtp_url)
+        host, scheme, port = parts.hostname or "localhost", parts.scheme.lower(), parts.port
+    except ValueError:  # its text may hold the password: not repeated
+        raise DeliveryFailed(f"{redact_url(smtp_url)} is not an SMTP URL") from None
     try:
         if scheme == "smtps":
             client: smtplib.SMTP = smtplib.SMTP_SSL(
-                host, parts.port or 465, timeout=TIMEOUT_SECONDS, context=ssl.create_default_context()
+                host, port or 465, timeout=TIMEOUT_SECONDS, context=ssl.create_default_context()
             )
         else:
-            client = smtplib.SMTP(host, parts.port or 25, timeout=TIMEOUT_SECONDS)
+            client = smtplib.SMTP(host, port or 25, timeout=TIMEOUT_SECONDS)
         with client:
             if scheme == "smtp+starttls":
                 client.starttls(context=ssl.create_default_context())

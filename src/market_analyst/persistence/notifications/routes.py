@@ -12,6 +12,9 @@ removed one fails (and is dead-lettered after the attempts)."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from market_analyst.persistence.notifications import email, webhook
 from market_analyst.persistence.notifications.webhook import DeliveryFailed
 from market_analyst.ports import Approvers, Event
@@ -34,11 +37,19 @@ class Routes:
         self.public_url, self.approvers = public_url, approvers
         self.webhook_url, self.webhook_secret = webhook_url, webhook_secret
         self.smtp_url, self.mail_from = smtp_url, mail_from
+        self._people: tuple[float, dict[str, Any]] | None = None
+
+    def _with_address(self) -> dict[str, Any]:
+        """The approvers with an address, read at most once a second (a relay pass asks per event)."""
+        now = time.monotonic()
+        if self._people is None or now - self._people[0] > 1.0:
+            self._people = (now, {a.name: a for a in self.approvers.list() if a.email})
+        return self._people[1]
 
     def receivers(self, event: Event) -> list[str]:
         names = ["webhook"] if self.webhook_url and self.webhook_secret else []
         if self.smtp_url:
-            people = {a.name: a for a in self.approvers.list() if a.email}
+            people = self._with_address()
             if event.kind in ASKING:
                 chosen = [n for n, a in people.items() if a.role == "approver" and n != event.requester]
             elif event.kind == "escalated":

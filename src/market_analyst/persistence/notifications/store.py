@@ -262,6 +262,7 @@ class NotificationStore:
         with self._connected() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("DELETE FROM ma_events WHERE thread_id = ANY(%s)", (sorted(threads),))
             removed = cur.rowcount
+            cur.execute("DELETE FROM ma_deliveries WHERE receiver = %s", (f"email:{user}",))
             cur.execute(
                 "SELECT event_id, body FROM ma_events WHERE strpos(body->>'by', %s) > 0 "
                 "OR body->>'requester' = %s OR body->'to' @> to_jsonb(ARRAY[%s::text])",
