@@ -25,3 +25,6 @@ ThreadStatus = Literal[
     "in_progress",  # stopped before the gate (a crash, an outage): `resume` continues it
     "ended",  # finished without a publication or a rejection
 ]
+# Who an approver is: what each may decide is the gate's rule (`decisions.ROLE_ACTIONS`).
+Role = Literal["requester", "reviewer", "approver", "operator"]
+ROLES: tuple[str, ...] = ("requester", "reviewer", "approver", "operator")

@@ -35,8 +35,6 @@ from market_analyst.state import HORIZONS, RISK_TOLERANCES, USER_ID_PATTERN
 Action = Literal["approve", "reject", "revise", "expire"]
 ClientAction = Literal["approve", "reject", "revise"]  # what a person may send: never `expire`
 Door = Literal["cli", "web", "api", "langgraph", "deadline"]
-Role = Literal["requester", "reviewer", "approver", "operator"]
-ROLES: tuple[str, ...] = ("requester", "reviewer", "approver", "operator")
 # What each role may decide: a requester asks for analyses and decides nothing; a reviewer revises
 # (and comments with the feedback); an approver also approves and rejects. An operator repairs
 # (forks, state writes, deletes) and decides nothing: whoever can write a thread's state cannot decide.

@@ -28,6 +28,7 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from market_analyst.choices import (
+    ROLES,
     AnalystKind,
     CheckpointerKind,
     Durability,
@@ -325,6 +326,21 @@ class Settings(BaseSettings):
         if scheme.lower() not in ("http", "https") or not rest.strip("/"):
             raise ValueError("must be an http:// or https:// URL such as http://localhost:6333")
         return value.rstrip("/")
+
+    @field_validator("escalate_to", mode="after")
+    @classmethod
+    def _escalate_to(cls, value: frozenset[str]) -> frozenset[str]:
+        from market_analyst.state import USER_ID_PATTERN
+
+        for entry in value:
+            role = entry.removeprefix("role:") if entry.startswith("role:") else None
+            if (role is not None and role not in ROLES) or (
+                role is None and not USER_ID_PATTERN.fullmatch(entry)
+            ):
+                raise ValueError(
+                    f"{entry!r} is neither an approver's name nor role:ROLE (role:{', role:'.join(ROLES)})"
+                )
+        return value
 
     @field_validator("decision_due", "remind_every", "expire_after", mode="after")
     @classmethod

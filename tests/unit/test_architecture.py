@@ -93,6 +93,9 @@ def test_settings_read_exactly_the_variables_env_example_lists():
         ("MA_WEBHOOK_URL", "ftp://h.example/x", "MA_WEBHOOK_URL='ftp://h.example/x': must be an http"),
         ("MA_WEBHOOK_BACKOFF", "1ms", "MA_WEBHOOK_BACKOFF='1ms': must be between 10ms and 1h"),
         ("MA_WEBHOOK_ATTEMPTS", "0", "MA_WEBHOOK_ATTEMPTS='0'"),
+        ("MA_ESCALATE_TO", "dora,role:boss", "'role:boss' is neither an approver's name nor role:ROLE"),
+        ("MA_SMTP_URL", "smtp://u:pa/ss@mail:25", "percent-encode"),
+        ("MA_EXPIRE_AFTER", "0s", "MA_EXPIRE_AFTER='0s': must be at least one second"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str, needle: str):

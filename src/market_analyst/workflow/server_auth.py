@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from market_analyst.decisions import ROLES
+from market_analyst.choices import ROLES
 from market_analyst.deps import open_approvers
 from market_analyst.settings import Settings
 

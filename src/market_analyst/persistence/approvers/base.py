@@ -16,7 +16,7 @@ import secrets
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
-from market_analyst.decisions import ROLES
+from market_analyst.choices import ROLES
 from market_analyst.errors import UserError
 from market_analyst.ports import Approver
 from market_analyst.state import validate_user_id

@@ -2,7 +2,8 @@
 with an address get email (`MA_SMTP_URL`) of what asks something of them.
 
 - a request and its reminders: every approver (role `approver`) with an address, but the requester;
-- an escalation: the approvers it names (`MA_ESCALATE_TO`) who have an address;
+- an escalation: the approvers it names (`MA_ESCALATE_TO`: names, or `role:ROLE` for everyone holding
+  a role) who have an address;
 - a publication, a rejection, a revise sent back, an expiry: the requester, when they are an approver
   with an address (a requester known only by name has none).
 
@@ -52,8 +53,9 @@ class Routes:
             people = self._with_address()
             if event.kind in ASKING:
                 chosen = [n for n, a in people.items() if a.role == "approver" and n != event.requester]
-            elif event.kind == "escalated":
-                chosen = [n for n in event.to if n in people]
+            elif event.kind == "escalated":  # names, and `role:ROLE` for every approver holding it
+                roles = {t.removeprefix("role:") for t in event.to if t.startswith("role:")}
+                chosen = [n for n, a in people.items() if n in event.to or a.role in roles]
             elif event.kind in TO_REQUESTER and event.requester in people:
                 chosen = [str(event.requester)]
             else:
