@@ -111,7 +111,6 @@ def test_a_receiver_failing_three_times_gets_the_event_once_after_growing_waits(
     assert len({msg_id for _, msg_id, _ in receiver.requests}) == 1  # every attempt under one ID
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert gaps[0] >= 0.3 and gaps[1] >= 0.6 and gaps[2] >= 1.2, gaps  # 300 ms, doubled each time
-    assert gaps[2] > gaps[0], gaps
     [row] = deliveries(cli)
     assert row["status"] == "delivered" and row["attempts"] == 4
 

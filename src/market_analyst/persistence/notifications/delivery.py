@@ -154,7 +154,7 @@ class Queue:
                 event_id = event_id_for(kind, request.thread_id, request.draft_id, str(n))
                 if event_id in self._written:  # written at an earlier tick: not asked again
                     continue
-                self.store.put(
+                self.store.put_while_open(
                     replace(
                         request,
                         event_id=event_id,

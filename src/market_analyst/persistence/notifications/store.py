@@ -128,6 +128,27 @@ class NotificationStore:
                 (event.event_id, event.kind, event.thread_id, event.at, json.dumps(asdict(event))),
             )
 
+    def put_while_open(self, event: Event) -> None:
+        """Keep `event` (a reminder, an escalation) unless its request's draft was decided by now:
+        checked in the same statement, so nothing is written after the decision that ends the wait."""
+        with self._connected() as conn:
+            conn.execute(
+                "INSERT INTO ma_events (event_id, kind, thread_id, at, body) "
+                "SELECT %s, %s, %s, %s, %s WHERE NOT EXISTS ("
+                " SELECT 1 FROM ma_events c WHERE c.thread_id = %s AND c.body->>'draft_id' = %s"
+                " AND c.kind IN ('published', 'rejected', 'revised', 'expired')) "
+                "ON CONFLICT (event_id) DO NOTHING",
+                (
+                    event.event_id,
+                    event.kind,
+                    event.thread_id,
+                    event.at,
+                    json.dumps(asdict(event)),
+                    event.thread_id,
+                    event.draft_id,
+                ),
+            )
+
     def relay(self, receivers: Callable[[Event], list[str]], limit: int = 500) -> int:
         """Give every event not yet relayed one delivery row per receiver (`receivers(event)`), in the
         order the events were written; returns how many events. Two relays at once take different
