@@ -74,6 +74,13 @@ class Delivery:
     at: str
 
 
+# A decision that ends the wait of a request's draft: no reminder, escalation or expiry after it.
+_DECIDED = (
+    "SELECT 1 FROM ma_events c WHERE c.thread_id = {request} AND c.body->>'draft_id' = {draft} "
+    "AND c.kind IN ('published', 'rejected', 'revised', 'expired')"
+)
+
+
 def _event(body: dict[str, Any]) -> Event:
     return Event(**{**body, "to": tuple(body.get("to") or ())})
 
@@ -121,32 +128,20 @@ class NotificationStore:
 
     def put(self, event: Event) -> None:
         """Keep `event`, unless an event of its ID is kept already."""
-        with self._connected() as conn:
-            conn.execute(
-                "INSERT INTO ma_events (event_id, kind, thread_id, at, body) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT (event_id) DO NOTHING",
-                (event.event_id, event.kind, event.thread_id, event.at, json.dumps(asdict(event))),
-            )
+        self._insert(event, "")
 
     def put_while_open(self, event: Event) -> None:
         """Keep `event` (a reminder, an escalation) unless its request's draft was decided by now:
         checked in the same statement, so nothing is written after the decision that ends the wait."""
+        self._insert(event, f"WHERE NOT EXISTS ({_DECIDED.format(request='%s', draft='%s')})")
+
+    def _insert(self, event: Event, condition: str) -> None:
+        row = (event.event_id, event.kind, event.thread_id, event.at, json.dumps(asdict(event)))
         with self._connected() as conn:
             conn.execute(
                 "INSERT INTO ma_events (event_id, kind, thread_id, at, body) "
-                "SELECT %s, %s, %s, %s, %s WHERE NOT EXISTS ("
-                " SELECT 1 FROM ma_events c WHERE c.thread_id = %s AND c.body->>'draft_id' = %s"
-                " AND c.kind IN ('published', 'rejected', 'revised', 'expired')) "
-                "ON CONFLICT (event_id) DO NOTHING",
-                (
-                    event.event_id,
-                    event.kind,
-                    event.thread_id,
-                    event.at,
-                    json.dumps(asdict(event)),
-                    event.thread_id,
-                    event.draft_id,
-                ),
+                f"SELECT %s, %s, %s, %s, %s {condition} ON CONFLICT (event_id) DO NOTHING",
+                row + ((event.thread_id, event.draft_id) if condition else ()),
             )
 
     def relay(self, receivers: Callable[[Event], list[str]], limit: int = 500) -> int:
@@ -263,11 +258,8 @@ class NotificationStore:
             cur.execute(
                 """
                 UPDATE ma_events r SET closed = true
-                 WHERE r.kind = 'requested' AND NOT r.closed AND EXISTS (
-                       SELECT 1 FROM ma_events c
-                        WHERE c.thread_id = r.thread_id AND c.body->>'draft_id' = r.body->>'draft_id'
-                          AND c.kind IN ('published', 'rejected', 'revised', 'expired'))
-                """
+                 WHERE r.kind = 'requested' AND NOT r.closed AND EXISTS ({decided})
+                """.format(decided=_DECIDED.format(request="r.thread_id", draft="r.body->>'draft_id'"))
             )
             cur.execute("SELECT body FROM ma_events WHERE kind = 'requested' AND NOT closed ORDER BY seq")
             return [_event(row["body"]) for row in cur.fetchall()]
