@@ -248,9 +248,13 @@ def test_a_waiting_draft_is_reminded_escalated_and_expired_in_order_and_an_appro
         MA_EXPIRE_AFTER="6s",
     )
     token = cli.ok("approvers", "add", "bob").stdout.strip()
-    waiting, approved = analyze(cli), analyze(cli, "MSFT")
+    # The approved thread is drafted and approved at one frozen moment, so a loaded machine cannot
+    # push its approval past its 6 s expiry; no worker runs until it is decided.
+    frozen = {"SOURCE_DATE_EPOCH": str(int(time.time()))}
+    approved = cli.ok("analyze", "MSFT", "--user", "ann", "--json", extra_env=frozen).json()["thread_id"]
+    cli.ok("approve", approved, "--user", "bob", extra_env=frozen)
+    waiting = analyze(cli)
     server = serve(cli)  # its worker keeps the due times
-    cli.ok("approve", approved, "--user", "bob")
     receiver.wait_for(
         lambda r: r.of_thread(waiting) == ["requested", "reminded", "escalated", "expired"],
         timeout=40,
