@@ -10,6 +10,7 @@ from langgraph_sdk import Auth
 
 from market_analyst.settings import Settings
 from market_analyst.workflow import server_auth as rules
+from market_analyst.workflow.server_saver import thread_owner
 
 SETTINGS = Settings.load()
 auth = Auth()
@@ -41,9 +42,16 @@ async def refuse_the_rest(ctx: Auth.types.AuthContext, value: Any) -> bool:
     return False
 
 
+async def _owner(value: Any) -> str | None:
+    """Whose thread the request names, if the project already has it (started by a command, or on
+    this server before a restart): by the thread index, which the server's checkpointer keeps."""
+    thread_id = value.get("thread_id")
+    return await thread_owner(SETTINGS, str(thread_id)) if thread_id else None
+
+
 @auth.on.threads.create
 async def thread_create(ctx: Auth.types.AuthContext, value: Any) -> Any:
-    return rules.on_thread_create(_caller(ctx), value)
+    return rules.on_thread_create(_caller(ctx), value, await _owner(value))
 
 
 @auth.on.threads.read
@@ -58,7 +66,7 @@ async def thread_search(ctx: Auth.types.AuthContext, value: Any) -> Any:
 
 @auth.on.threads.create_run
 async def thread_run(ctx: Auth.types.AuthContext, value: Any) -> Any:
-    return rules.on_run(_caller(ctx), value)
+    return rules.on_run(_caller(ctx), value, await _owner(value))
 
 
 @auth.on.threads.update

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+import runpy
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import CapabilityReport
+from langgraph.checkpoint.conformance.spec import test_copy_thread as copy_thread_spec
+from langgraph.checkpoint.conformance.spec import test_delete_for_runs as delete_for_runs_spec
 from langgraph.checkpoint.conformance.spec import test_delete_thread as delete_thread_spec
 from langgraph.checkpoint.conformance.spec import test_get_tuple as get_tuple_spec
 from langgraph.checkpoint.conformance.spec import test_list as list_spec
@@ -31,7 +34,9 @@ from market_analyst.deps import open_checkpointer
 from market_analyst.graph import build_graph
 from market_analyst.persistence.checkpoints.redis_serde import StrictRedisSerializer
 from market_analyst.persistence.checkpoints.sealing import SealingSerializer
+from market_analyst.ports import ThreadQuery
 from market_analyst.settings import Settings
+from market_analyst.workflow.server_saver import ThreadedSaver, server_checkpointer
 from tests.support import REPO
 from tests.support.cli import Cli
 
@@ -130,50 +135,9 @@ SAVER_CLASSES = {
 }
 
 
-class ThreadedSaver(BaseCheckpointSaver[Any]):
-    """A sync saver behind the async methods the suite calls: each runs the sync method in a thread."""
-
-    def __init__(self, inner: BaseCheckpointSaver[Any]) -> None:
-        super().__init__(serde=inner.serde)
-        self.inner = inner
-
-    async def aget_tuple(self, config: Any) -> Any:
-        return await asyncio.to_thread(self.inner.get_tuple, config)
-
-    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        return await asyncio.to_thread(self.inner.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        await asyncio.to_thread(self.inner.put_writes, config, writes, task_id, task_path)
-
-    async def alist(
-        self,
-        config: Any,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: Any = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[Any]:
-        listed = await asyncio.to_thread(
-            lambda: list(self.inner.list(config, filter=filter, before=before, limit=limit))
-        )
-        for item in listed:
-            yield item
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.inner.delete_thread, thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.inner.prune, thread_ids, strategy=strategy)
-
-    def get_next_version(self, current: Any, channel: None) -> Any:
-        return self.inner.get_next_version(current, channel)
-
-
 def run_suite(name: str, saver: BaseCheckpointSaver[Any]) -> CapabilityReport:
-    """The suite's report on `saver`, driven through `ThreadedSaver`."""
+    """The suite's report on `saver`, driven through `ThreadedSaver` (the async methods LangGraph's
+    server calls, as `server_saver` gives them to it)."""
 
     @checkpointer_test(name=name)
     async def factory() -> AsyncIterator[BaseCheckpointSaver[Any]]:
@@ -187,10 +151,13 @@ def failing(report: CapabilityReport, capability: str) -> set[str]:
     return {failure.split(":", 1)[0] for failure in report.results[capability].failures}
 
 
-def assert_report(report: CapabilityReport, expected: dict[str, dict[str, str]]) -> None:
-    """Every implemented capability ran with exactly the `expected` failures; the others were skipped."""
-    summary = {cap: sorted(failing(report, cap)) for cap in SPEC}
-    for capability, tests in SPEC.items():
+def assert_report(
+    report: CapabilityReport, expected: dict[str, dict[str, str]], spec: dict[str, Any] = SPEC
+) -> None:
+    """Every implemented capability (`spec`'s) ran with exactly the `expected` failures; the others
+    were skipped."""
+    summary = {cap: sorted(failing(report, cap)) for cap in spec}
+    for capability, tests in spec.items():
         result = report.results[capability]
         names = {test.__name__ for test in tests}
         wanted = set(expected.get(capability, {}))
@@ -199,7 +166,7 @@ def assert_report(report: CapabilityReport, expected: dict[str, dict[str, str]])
         assert failing(report, capability) == wanted, f"{capability}: {summary}"
         assert (result.tests_passed, result.tests_failed) == (len(names) - len(wanted), len(wanted))
         assert result.passed is (not wanted)
-    for capability in NOT_IMPLEMENTED:
+    for capability in set(NOT_IMPLEMENTED) - set(spec):
         assert not report.results[capability].detected
     assert set(report.results) == set(SPEC) | set(NOT_IMPLEMENTED)
 
@@ -208,17 +175,41 @@ def _settings(tmp_path: Path, **environ: str) -> Settings:
     return Settings.load(environ={"MA_DATA_DIR": str(tmp_path / "data"), **environ}, dotenv=None)
 
 
+# The server's adapter offers the two extended capabilities whatever the saver has: `copy_thread` by
+# replaying the thread's checkpoints, `delete_for_runs` by refusing. The spec tests run on both.
+SERVER_SPEC = SPEC | {
+    "delete_for_runs": delete_for_runs_spec.ALL_DELETE_FOR_RUNS_TESTS,
+    "copy_thread": copy_thread_spec.ALL_COPY_THREAD_TESTS,
+}
+NO_ROLLBACK = (
+    "the savers cannot delete one run's checkpoints; the server says so as it starts, and a run "
+    "cancelled with multitask_strategy='rollback' fails instead of rolling back (docs/langgraph-server.md)"
+)
+COPY_FALLBACK = (
+    "the adapter's own replay copies the checkpoints under the new thread but keeps the source's "
+    "thread_id in their metadata; a copy is an operator's repair and publishes nothing "
+    "(test_langgraph_attacks.py::test_a_fork_or_a_copy_of_a_published_thread_publishes_nothing_more)"
+)
+SERVER_FAILURES = {
+    "delete_for_runs": {
+        test.__name__: NO_ROLLBACK for test in delete_for_runs_spec.ALL_DELETE_FOR_RUNS_TESTS
+    },
+    "copy_thread": {"test_copy_thread_preserves_metadata": COPY_FALLBACK},
+}
+
+
+def _backend_settings(request: pytest.FixtureRequest, name: str, tmp_path: Path) -> Settings:
+    if name == "postgres":
+        return _settings(tmp_path, POSTGRES_URL=request.getfixturevalue("postgres_url"))
+    url = request.getfixturevalue("own_redis")  # the suite writes threads no index lists
+    shallow = "true" if name == "redis-shallow" else "false"
+    return _settings(tmp_path, MA_CHECKPOINTER="redis", REDIS_URL=url, MA_REDIS_SHALLOW=shallow)
+
+
 @pytest.fixture
 def opened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """The saver the application opens for the backend named by the test's parameter."""
-    name = request.param
-    if name == "postgres":
-        settings = _settings(tmp_path, POSTGRES_URL=request.getfixturevalue("postgres_url"))
-    else:
-        url = request.getfixturevalue("own_redis")  # the suite writes threads no index lists
-        shallow = "true" if name == "redis-shallow" else "false"
-        settings = _settings(tmp_path, MA_CHECKPOINTER="redis", REDIS_URL=url, MA_REDIS_SHALLOW=shallow)
-    with open_checkpointer(settings) as backend:
+    with open_checkpointer(_backend_settings(request, request.param, tmp_path)) as backend:
         yield backend.saver
 
 
@@ -232,6 +223,44 @@ def test_the_suite_passes_all_but_the_listed_spec_tests(opened: Any, request: py
     for method in NOT_IMPLEMENTED:  # a saver that gains one should be offered to the suite
         assert getattr(type(opened), method) is getattr(BaseCheckpointSaver, method), method
     assert_report(run_suite(name, opened), EXPECTED_FAILURES[name])
+
+
+@pytest.mark.parametrize("name", ["postgres", "redis"])
+def test_the_suite_passes_on_the_saver_as_langgraphs_server_builds_it(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`langgraph.json`'s checkpointer (graphs/checkpointer.py), entered as the server enters it and
+    behind the server's own adapter: the same report as the saver alone, and the thread index and
+    the seal at work (the suite's threads are listed, their values sealed)."""
+    for name_, value in {"REDIS_URI": "redis://unused", "DATABASE_URI": "postgres://unused"}.items():
+        monkeypatch.setenv(name_, value)  # what langgraph_api's configuration asks for at import
+    from langgraph_api._checkpointer._adapter import CheckpointerCapabilities, _CustomCheckpointerAdapter
+
+    settings = _backend_settings(request, name, tmp_path)
+    factory_of = runpy.run_path(str(REPO / "graphs" / "checkpointer.py"))["checkpointer"]
+    assert factory_of is server_checkpointer
+    seen: list[Any] = []
+
+    @checkpointer_test(name=f"server {name}")
+    async def factory() -> AsyncIterator[BaseCheckpointSaver[Any]]:
+        async with factory_of(settings) as saver:
+            seen.append(saver)
+            yield _CustomCheckpointerAdapter(saver, CheckpointerCapabilities.from_type(type(saver)))
+
+    report = asyncio.run(validate(factory))
+    # The adapter keeps to the namespace a listing asks for, which the Redis saver alone does not.
+    expected = {
+        capability: {test: why for test, why in tests.items() if why is not ROOT_NAMESPACE}
+        for capability, tests in EXPECTED_FAILURES[name].items()
+    }
+    assert_report(report, expected | SERVER_FAILURES, SERVER_SPEC)
+    assert type(seen[0].inner).__name__ == SAVER_CLASSES[name]
+    assert isinstance(seen[0].inner.serde, SealingSerializer)
+    with open_checkpointer(settings) as backend:
+        rows, total = backend.index.query(ThreadQuery(limit=10_000))
+        assert total > 0
+        if name == "postgres":  # a database of this test's own (the Redis is the module's)
+            assert set(backend.thread_ids()) <= {row.thread_id for row in rows}
 
 
 def test_the_upstream_shallow_saver_still_returns_earlier_checkpoints_writes(tmp_path: Path, own_redis: str):

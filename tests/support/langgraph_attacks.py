@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import MASTER_KEY
 from tests.support.langgraph_dev import DevServer, dev_server
 from tests.support.services import new_database
 
@@ -28,6 +29,7 @@ def start_server(request: pytest.FixtureRequest, tmp: Any, postgres_server: str,
     env["MA_REQUIRED_APPROVALS"] = str(quorum)
     if request.param == "postgres":
         env["POSTGRES_URL"] = new_database(postgres_server, prefix="lga_")
+        env["MA_MASTER_KEY"] = MASTER_KEY  # the data keys live in the shared records database
     return dev_server(home, env, CALLERS, made_by_cli=False)
 
 

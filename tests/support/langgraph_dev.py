@@ -29,7 +29,7 @@ from market_analyst.workflow.approvers import add_approver
 from tests.support import REPO
 from tests.support.cli import clean_environ, market_analyst_command
 from tests.support.crashkit import die_with_parent
-from tests.support.services import free_port
+from tests.support.services import embedded_servers_since, free_port
 
 PAGE_URL = "http://127.0.0.1:2024"
 # LangChain's and LangSmith's own settings stay out: a developer's tracing key would send runs away.
@@ -55,6 +55,13 @@ class DevServer:
     env: dict[str, str]
     log: Path
     tokens: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def kill(self) -> None:
+        """`kill -9` of the server's process group (the server, and nothing it started apart)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def client(self, name: str | None = None) -> SyncLangGraphClient:
         """An SDK client signed in as `name` (None: no token at all)."""
@@ -111,28 +118,38 @@ def dev_server(
     prepare: Callable[[], None] | None = None,
     *,
     made_by_cli: bool = True,
+    tokens: dict[str, str] | None = None,
 ) -> Iterator[DevServer]:
     """The page's `langgraph dev` command on a free loopback port, with no reloading, in `home`,
     with the environment `env` and the callers `callers` (name: role) added first: by the page's
-    `approvers add`, or (`made_by_cli=False`) by the function it runs, without a process each."""
+    `approvers add`, or (`made_by_cli=False`) by the function it runs, without a process each; or,
+    to start it again in the same `home`, the `tokens` of the callers added before. The embedded
+    PostgreSQL servers started for data directories in `home` are stopped as it ends."""
     shutil.copy(REPO / "langgraph.json", home / "langgraph.json")
-    shutil.copytree(REPO / "graphs", home / "graphs")
+    shutil.copytree(REPO / "graphs", home / "graphs", dirs_exist_ok=True)
     command = shlex.split(block("bash", ".venv/bin/langgraph dev").split("#", 1)[0])
     assert command[0] == ".venv/bin/langgraph"
     command[0] = str(Path(sys.executable).parent / "langgraph")
     port = free_port()
-    full_env = {k: v for k, v in clean_environ().items() if not k.startswith(_FOREIGN_VARS)} | env | {
-        # What the CLI and server would otherwise try at start: usage analytics, a PyPI version check.
-        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-        "LANGGRAPH_NO_VERSION_CHECK": "true",
-    }
-    if made_by_cli:
+    full_env = (
+        {k: v for k, v in clean_environ().items() if not k.startswith(_FOREIGN_VARS)}
+        | env
+        | {
+            # What the CLI and server would otherwise try at start: usage analytics, a PyPI version check.
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+            "LANGGRAPH_NO_VERSION_CHECK": "true",
+        }
+    )
+    started = embedded_servers_since()
+    if tokens is not None:
+        pass
+    elif made_by_cli:
         tokens = {name: add_caller(full_env, name, role) for name, role in callers.items()}
     else:
         settings = Settings.load(full_env, dotenv=None)
         tokens = {name: add_approver(settings, name, role) for name, role in callers.items()}
     log = home / "server.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         proc = subprocess.Popen(
             [*command, "--no-reload", "--host", "127.0.0.1", "--port", str(port)],
             cwd=home,
@@ -156,9 +173,10 @@ def dev_server(
                 pass
             assert time.monotonic() < deadline, f"langgraph dev did not start: {log.read_text()[-3000:]}"
             time.sleep(0.1)
-        yield DevServer(url=url, env=full_env, log=log, tokens=tokens)
+        yield DevServer(url=url, env=full_env, log=log, tokens=tokens, proc=proc)
     finally:
         _stop(proc)
+        started(inside=home)
 
 
 def status_of(call: Callable[[], Any]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import MASTER_KEY
 from tests.support.langgraph_dev import PAGE_URL, DevServer, block, dev_server
 from tests.support.services import new_database
 
@@ -37,6 +38,7 @@ def server(
         env = {"MA_DATA_DIR": str(home / "data"), "MA_RECORDS": request.param}
         if request.param == "postgres":
             env["POSTGRES_URL"] = new_database(postgres_server, prefix="lg_")
+            env["MA_MASTER_KEY"] = MASTER_KEY  # the data keys live in the shared records database
         return dev_server(home, env, CALLERS)
 
     return lasting(("langgraph-dev", request.param), start)

@@ -60,7 +60,7 @@ def _server_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str
     for name, value in ({"MA_DATA_DIR": str(tmp_path / "data")} | env).items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)  # no .env here
-    graph = runpy.run_path(str(REPO / "graphs" / "analyst.py"))["graph"]
+    graph = runpy.run_path(str(REPO / "graphs" / "analyst.py"))["analyst"]
     return graph.copy(update={"checkpointer": InMemorySaver()})
 
 

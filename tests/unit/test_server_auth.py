@@ -68,3 +68,19 @@ def test_only_a_known_bearer_token_is_a_caller(tmp_path: Path):
     for header in (None, "", token, f"Basic {token}", "Bearer ", f"Bearer {token[:-1]}x", "Bearer \x00"):
         assert rules.caller_of(settings, header) is None, header
     assert rules.caller_from(ANN.to_user()) == ANN
+
+
+def test_a_thread_the_project_already_has_keeps_its_owner_whoever_reaches_it_by_id():
+    """Started by a command, or on the server before a restart: the thread index names its owner."""
+    mallory = rules.Caller("mallory", "requester")
+    reached = {"thread_id": "t", "metadata": {"owner": "bob", "user_id": "bob"}}
+    assert rules.on_thread_create(BOB, reached, "ann") == {"owner": "ann"}
+    assert reached["metadata"] == {"owner": "ann", "user_id": "ann"}
+    assert rules.on_thread_create(ANN, {"thread_id": "t", "metadata": {}}, "ann") == {"owner": "ann"}
+    assert rules.on_thread_create(mallory, {"thread_id": "t", "metadata": {}}, "ann") is False
+    assert rules.on_thread_create(OLGA, {"thread_id": "t", "metadata": {}}, "ann") is True
+    assert rules.on_run(mallory, _run(command={"resume": {"action": "revise"}}), "ann") is False
+    assert rules.on_run(mallory, _run(input={"ticker": "NVDA"}), "ann") is False
+    run = _run(command={"resume": {"action": "approve"}})
+    assert rules.on_run(BOB, run, "ann") is True and run["metadata"] == {"owner": "ann", "user_id": "ann"}
+    assert rules.on_run(ANN, _run(command={"resume": {}}), "ann") == {"owner": "ann"}

@@ -76,20 +76,26 @@ def _own(caller: Caller) -> dict[str, Any]:
     return {"owner": caller.identity}
 
 
-def on_thread_create(caller: Caller, value: dict[str, Any]) -> Verdict:
+def on_thread_create(caller: Caller, value: dict[str, Any], owner: str | None = None) -> Verdict:
     """A new thread is owned by its caller. A copy (which arrives with no metadata of its own and
-    keeps the original's) is an operator's repair."""
+    keeps the original's) is an operator's repair. A thread the project already has (`owner`, by
+    its thread index: started by a command, or on this server before a restart) keeps its owner: a
+    requester may reach only their own, and the others reach any by its ID, to decide it."""
     if "metadata" not in value and caller.role != OPERATOR:
+        return False
+    if owner is not None and caller.role == REQUESTER and owner != caller.identity:
         return False
     metadata = value.get("metadata")
     if not isinstance(metadata, dict):  # changed in place: the server goes on with the same dict
         metadata = value["metadata"] = {}
-    metadata["owner"] = caller.identity
-    if caller.role != OPERATOR or "user_id" not in metadata:
+    metadata["owner"] = owner if owner is not None else caller.identity
+    if owner is not None:
+        metadata["user_id"] = owner
+    elif caller.role != OPERATOR or "user_id" not in metadata:
         metadata["user_id"] = caller.identity
     # As a filter too: a create that finds the thread already there (`if_exists="do_nothing"`)
     # returns it only to its owner.
-    return True if caller.role == OPERATOR else _own(caller)
+    return True if caller.role == OPERATOR else _own(caller) if owner is None else {"owner": owner}
 
 
 def on_thread_read(caller: Caller, value: dict[str, Any]) -> Verdict:
@@ -110,10 +116,13 @@ def operators_only(caller: Caller, value: dict[str, Any]) -> Verdict:
     return caller.role == OPERATOR
 
 
-def on_run(caller: Caller, value: dict[str, Any]) -> Verdict:
+def on_run(caller: Caller, value: dict[str, Any], owner: str | None = None) -> Verdict:
     """A run: a requester's only on their own threads and for themself; a command that routes the
     graph (`goto`) or writes its state (`update`) is an operator's; an input's `user_id` is the
-    caller's unless an operator starts the run."""
+    caller's unless an operator starts the run. A thread the project already has (`owner`) is a
+    requester's only if it is theirs, whether or not this server has a record of it."""
+    if owner is not None and caller.role == REQUESTER and owner != caller.identity:
+        return False
     kwargs = value.get("kwargs") or {}
     command = kwargs.get("command") or {}
     if isinstance(command, Mapping) and (command.get("goto") or command.get("update")):
@@ -132,8 +141,10 @@ def on_run(caller: Caller, value: dict[str, Any]) -> Verdict:
         if "ticker" in run_input:
             run_input["user_id"] = caller.identity
     metadata = value.get("metadata")
-    if isinstance(metadata, dict):  # a thread this run creates (if_not_exists="create") is the caller's
-        metadata["owner"] = caller.identity
-        if caller.role != OPERATOR:
+    if isinstance(metadata, dict):  # a thread this run creates (if_not_exists="create") is its owner's
+        metadata["owner"] = owner if owner is not None else caller.identity
+        if owner is not None:
+            metadata["user_id"] = owner
+        elif caller.role != OPERATOR:
             metadata["user_id"] = caller.identity
     return _own(caller) if caller.role == REQUESTER else True
