@@ -57,7 +57,7 @@ def test_a_server_thread_killed_at_the_gate_is_approved_from_the_command_line_an
 ):
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    first = servers.enter_context(dev_server(home, place, CALLERS))
+    first = servers.enter_context(dev_server(home, place, CALLERS, made_by_cli=False))
     ann = first.client("ann")
     thread = ann.threads.create()["thread_id"]
     ann.runs.wait(thread, "analyst", input={"ticker": "NVDA", "question": "what of the data centres?"})
@@ -121,7 +121,7 @@ def test_a_command_line_thread_is_decided_through_the_server_and_each_door_sees_
 ):
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    server = servers.enter_context(dev_server(home, place, CALLERS))
+    server = servers.enter_context(dev_server(home, place, CALLERS, made_by_cli=False))
     cli = _cli(server, harness, tmp_path)
     thread = cli.ok("analyze", "AAPL", "--user", "ann", "--json").json()["thread_id"]
 
@@ -178,7 +178,7 @@ def test_a_server_run_waits_for_no_command_holding_the_thread(
 
     home = tmp_path / "home"
     home.mkdir()
-    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS))
+    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False))
     ann, bob = server.client("ann"), server.client("bob")
     thread = ann.threads.create()["thread_id"]
     ann.runs.wait(thread, "analyst", input={"ticker": "MSFT"})
@@ -197,7 +197,7 @@ def test_forget_leaves_none_of_her_words_in_the_data_directory_nor_the_servers_f
 ):
     home = tmp_path / "home"
     home.mkdir()
-    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS))
+    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False))
     words = {k: _marker(k) for k in ("annquestion", "annnote")}
     ann, bob = server.client("ann"), server.client("bob")
     published = ann.threads.create()["thread_id"]
@@ -238,7 +238,7 @@ def test_a_server_killed_while_its_run_publishes_is_finished_once_by_the_command
     env = {"MA_DATA_DIR": str(tmp_path / "home" / "data"), "POSTGRES_URL": url, **SHARED_RECORDS}
     home = tmp_path / "home"
     home.mkdir()
-    first = servers.enter_context(dev_server(home, env, CALLERS))
+    first = servers.enter_context(dev_server(home, env, CALLERS, made_by_cli=False))
     ann, bob = first.client("ann"), first.client("bob")
     thread = ann.threads.create()["thread_id"]
     ann.runs.wait(thread, "analyst", input={"ticker": "NVDA"})
@@ -294,7 +294,7 @@ def test_server_runs_and_commands_at_once_each_thread_listed_once_and_published_
     once. Every thread is listed once with its owner, and publishes one report."""
     home = tmp_path / "home"
     home.mkdir()
-    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS))
+    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False))
     cli = _cli(server, harness, tmp_path)
     tickers = ["NVDA", "AAPL", "MSFT"]
 
