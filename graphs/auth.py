@@ -56,7 +56,10 @@ async def thread_create(ctx: Auth.types.AuthContext, value: Any) -> Any:
 
 @auth.on.threads.read
 async def thread_read(ctx: Auth.types.AuthContext, value: Any) -> Any:
-    return rules.on_thread_read(_caller(ctx), value)
+    caller = _caller(ctx)
+    # Only a requester's read depends on whose thread it is: the others are spared the lookup.
+    owner = await _owner(value) if caller.role == rules.REQUESTER else None
+    return rules.on_thread_read(caller, value, owner)
 
 
 @auth.on.threads.search

@@ -95,9 +95,7 @@ def test_answers_not_saved_are_used_for_this_run_only(cli: Cli):
     assert "Not saved" in shown and "Please answer one of: conservative, moderate, aggressive" in shown
     assert cli.ok("profile", "show", "--user", "passerby", "--json").json()["source"] == "default"
     markdown = _draft(cli, shown)["markdown"]
-    assert (
-        "- Chosen for this thread: horizon short, risk tolerance aggressive" in markdown
-    )
+    assert "- Chosen for this thread: horizon short, risk tolerance aggressive" in markdown
     # The profile line says what the thread used, not that it used the defaults it did not use.
     assert "used aggressive risk tolerance (chosen for this thread) and short horizon" in markdown
     assert "used the defaults" not in markdown

@@ -145,8 +145,10 @@ def test_removing_an_approver_or_issuing_a_new_token_ends_their_sessions(cli: Cl
 
 def test_requesters_and_operators_do_not_sign_in_to_the_inbox(cli: Cli, serve):
     # They work through LangGraph's server; the inbox lists every user's pending threads.
-    tokens = {role: cli.ok("approvers", "add", f"x-{role}", "--role", role).stdout.strip()
-              for role in ("requester", "operator", "reviewer")}
+    tokens = {
+        role: cli.ok("approvers", "add", f"x-{role}", "--role", role).stdout.strip()
+        for role in ("requester", "operator", "reviewer")
+    }
     server = serve(cli)
     for role in ("requester", "operator"):
         response = FormClient(server).sign_in(tokens[role])

@@ -57,6 +57,11 @@ class DevServer:
     tokens: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
+    def stop(self) -> None:
+        """Stop the server as an operator does (SIGTERM): it shuts down cleanly."""
+        assert self.proc is not None
+        _stop(self.proc)
+
     def kill(self) -> None:
         """`kill -9` of the server's process group (the server, and nothing it started apart)."""
         assert self.proc is not None

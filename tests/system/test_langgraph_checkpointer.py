@@ -6,13 +6,16 @@ server kept. On the embedded PostgreSQL (the default) and on Redis."""
 
 from __future__ import annotations
 
+import pickle
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support import SHARED_RECORDS
@@ -137,11 +140,19 @@ def test_a_command_line_thread_is_decided_through_the_server_and_each_door_sees_
         404,
     )
     assert cli.ok("status", thread, "--json").json()["status"] == "awaiting_approval"
+    # Nor read one whose ID she took on the server before the thread existed.
+    claimed = str(uuid.uuid4())
+    mallory.threads.create(thread_id=claimed)
+    cli.ok("analyze", "MSFT", "--user", "ann", "--thread-id", claimed)
+    assert status_of(lambda: mallory.threads.get_state(claimed)) == 404
+    assert status_of(lambda: mallory.threads.get_history(claimed)) == 404
 
     made = bob.threads.create(thread_id=thread, if_exists="do_nothing", graph_id="analyst")
     assert made["metadata"]["owner"] == "ann" and made["metadata"]["user_id"] == "ann"
     request = _request(server, "bob", thread)
     assert request["requested_by"] == "ann"
+    # An approver decides it; a new analysis on it would make it theirs: refused.
+    assert status_of(lambda: bob.runs.wait(thread, "analyst", input={"ticker": "AAPL"})) == 403
 
     # A revise on the command line is seen at once by the server: a new draft to decide.
     cli.ok("revise", thread, "--user", "bob", "--feedback", "say more about margins")
@@ -162,10 +173,10 @@ def test_a_command_line_thread_is_decided_through_the_server_and_each_door_sees_
         ("approved", "langgraph"),
         ("published", "langgraph"),
     ]
-    assert cli.ok("threads", "--json").json()[0]["status"] == "published"
+    assert {t["thread_id"]: t["status"] for t in cli.ok("threads", "--json").json()}[thread] == "published"
     # An operator's delete through the server erases it as `forget` does, for every door.
     server.client("olga").threads.delete(thread)
-    assert cli.ok("threads", "--json").json() == []
+    assert [t["thread_id"] for t in cli.ok("threads", "--json").json()] == [claimed]
     assert thread in cli.fails("status", thread).stderr
 
 
@@ -178,7 +189,9 @@ def test_a_server_run_waits_for_no_command_holding_the_thread(
 
     home = tmp_path / "home"
     home.mkdir()
-    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False))
+    server = servers.enter_context(
+        dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False)
+    )
     ann, bob = server.client("ann"), server.client("bob")
     thread = ann.threads.create()["thread_id"]
     ann.runs.wait(thread, "analyst", input={"ticker": "MSFT"})
@@ -197,7 +210,9 @@ def test_forget_leaves_none_of_her_words_in_the_data_directory_nor_the_servers_f
 ):
     home = tmp_path / "home"
     home.mkdir()
-    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False))
+    server = servers.enter_context(
+        dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False)
+    )
     words = {k: _marker(k) for k in ("annquestion", "annnote")}
     ann, bob = server.client("ann"), server.client("bob")
     published = ann.threads.create()["thread_id"]
@@ -222,8 +237,21 @@ def test_forget_leaves_none_of_her_words_in_the_data_directory_nor_the_servers_f
     assert sorted(done["threads"]) == sorted([published, waiting])
     assert server.client("bob").threads.get_state(published)["values"] == {}  # the saver's: gone
     assert cli.ok("threads", "--json").json() == []
-    server.kill()  # its own records were in its memory only (docs): nothing of hers is on its disk
+    server.stop()  # a clean stop, which writes out what the server's tables hold (docs): nothing
     assert _found(list(words.values()), *roots) == {}
+    assert sorted(p.name for p in (home / ".langgraph_api").iterdir() if p.stat().st_size > 16) == []
+
+
+def test_a_server_that_finds_the_tables_an_earlier_one_kept_on_disk_refuses_to_start(tmp_path: Path):
+    """An earlier release's server wrote its tables (threads with their values, runs with their
+    input) into `.langgraph_api/`: this one would load them, beyond forget's reach. It says so."""
+    home = tmp_path / "home"
+    (home / ".langgraph_api").mkdir(parents=True)
+    (home / ".langgraph_api" / ".langgraph_ops.pckl").write_bytes(pickle.dumps({"threads": [], "runs": []}))
+    with pytest.raises(AssertionError, match="langgraph dev exited") as refused:
+        with dev_server(home, {"MA_DATA_DIR": str(home / "data")}, {}, made_by_cli=False):
+            pass
+    assert "which forget cannot reach: stop the server, delete" in str(refused.value)
 
 
 def test_a_server_killed_while_its_run_publishes_is_finished_once_by_the_command_line(
@@ -287,14 +315,18 @@ def _wait_for(done: Any, what: str, seconds: float = 30) -> None:
 
 
 def test_server_runs_and_commands_at_once_each_thread_listed_once_and_published_once(
-    servers: ExitStack, tmp_path: Path, harness: Any
+    servers: ExitStack, tmp_path: Path, harness: Any, serve: Any
 ):
     """Several writers at once on one store: three runs through the server and three `analyze`
-    processes start threads together, then each thread is approved through the other door, all at
-    once. Every thread is listed once with its owner, and publishes one report."""
+    processes start threads together; the web inbox's API lists them all; then each thread is
+    approved through another door (the server's threads by the command line and the web API, the
+    command line's through the server), all at once. Every thread is listed once with its owner,
+    and publishes one report."""
     home = tmp_path / "home"
     home.mkdir()
-    server = servers.enter_context(dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False))
+    server = servers.enter_context(
+        dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False)
+    )
     cli = _cli(server, harness, tmp_path)
     tickers = ["NVDA", "AAPL", "MSFT"]
 
@@ -314,6 +346,10 @@ def test_server_runs_and_commands_at_once_each_thread_listed_once_and_published_
     assert sorted((t["thread_id"], t["user_id"]) for t in listed) == sorted(
         [(t, "ann") for t in by_server] + [(t, "mallory") for t in by_cli]
     )
+    web = serve(cli)
+    api = httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {server.tokens['bob']}"})
+    pending = api.get("/api/threads", params={"status": "pending"}).json()
+    assert {t["thread_id"] for t in pending} == set(by_server + by_cli)
 
     def approve_on_server(thread: str) -> None:
         bob = server.client("bob")
@@ -321,8 +357,14 @@ def test_server_runs_and_commands_at_once_each_thread_listed_once_and_published_
         draft = _request(server, "bob", thread)["draft_id"]
         bob.runs.wait(thread, "analyst", command={"resume": {"action": "approve", "draft_id": draft}})
 
+    def approve_on_the_web(thread: str) -> None:
+        draft = api.get(f"/api/threads/{thread}").json()["request"]["draft_id"]
+        answer = api.post(f"/api/threads/{thread}/approve", json={"draft_id": draft, "note": "web"})
+        assert answer.status_code == 200, answer.text
+
     with ThreadPoolExecutor(6) as pool:
-        done = [pool.submit(cli.ok, "approve", t, "--user", "bob") for t in by_server]
+        done = [pool.submit(cli.ok, "approve", t, "--user", "bob") for t in by_server[:2]]
+        done += [pool.submit(approve_on_the_web, by_server[2])]
         done += [pool.submit(approve_on_server, t) for t in by_cli]
         for future in done:
             future.result()
@@ -330,3 +372,4 @@ def test_server_runs_and_commands_at_once_each_thread_listed_once_and_published_
         assert len(server.reports_of(thread)) == 1, thread
     statuses = {t["thread_id"]: t["status"] for t in cli.ok("threads", "--json").json()}
     assert statuses == {t: "published" for t in by_server + by_cli}
+    assert [e["door"] for e in server.audit_of(by_server[2])] == ["api", "api"]

@@ -131,9 +131,17 @@ def test_every_relative_link_and_anchor_on_the_readme_and_docs_resolves(tmp_path
 
 
 def test_langgraph_json_exports_the_graph_module():
+    """The graph (through the factory the server enters around each use of it) and the project's
+    checkpointer; loading them opens no store."""
     config = json.loads((REPO / "langgraph.json").read_text())
     assert config["graphs"]["analyst"] == "./graphs/analyst.py:graph"
-    code = "import runpy; g = runpy.run_path('graphs/analyst.py')['graph']; print(sorted(g.nodes))"
+    assert config["checkpointer"] == {"path": "./graphs/checkpointer.py:checkpointer"}
+    code = (
+        "import asyncio, runpy; m = runpy.run_path('graphs/analyst.py')\n"
+        "async def main():\n"
+        "    async with m['graph']({'configurable': {}}) as g: print(sorted(g.nodes))\n"
+        "asyncio.run(main()); runpy.run_path('graphs/checkpointer.py')['checkpointer']"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,

@@ -84,3 +84,21 @@ def test_a_thread_the_project_already_has_keeps_its_owner_whoever_reaches_it_by_
     run = _run(command={"resume": {"action": "approve"}})
     assert rules.on_run(BOB, run, "ann") is True and run["metadata"] == {"owner": "ann", "user_id": "ann"}
     assert rules.on_run(ANN, _run(command={"resume": {}}), "ann") == {"owner": "ann"}
+    # Deciding it is a reviewer's or an approver's; starting a new analysis on it is not (it would
+    # make the thread theirs), nor reading it a requester's, whatever this server's record says.
+    for reviewer in (BOB, rules.Caller("rita", "reviewer")):
+        assert rules.on_run(reviewer, _run(input={"ticker": "AAPL"}), "ann") is False
+    assert rules.on_run(ANN, _run(input={"ticker": "AAPL"}), "ann") == {"owner": "ann"}
+    assert rules.on_run(OLGA, _run(input={"ticker": "AAPL", "user_id": "dan"}), "ann") is True
+    assert rules.on_thread_read(mallory, {"thread_id": "t"}, "ann") == {"owner": "mallory", "user_id": "ann"}
+    assert rules.on_thread_read(ANN, {"thread_id": "t"}, "ann") == {"owner": "ann"}
+    assert rules.on_thread_read(BOB, {"thread_id": "t"}, "ann") is True
+
+
+def test_a_run_that_would_roll_back_another_is_refused_to_everyone():
+    """Rolling back deletes the cancelled run's checkpoints (a decision the audit log keeps, a
+    publication the archive keeps); the savers do not offer it, and the handler refuses it first."""
+    for caller in (ANN, BOB, OLGA):
+        run = _run(command={"resume": {"action": "approve"}})
+        assert rules.on_run(caller, run | {"multitask_strategy": "rollback"}) is False
+        assert rules.on_run(caller, run | {"multitask_strategy": "enqueue"}) is not False

@@ -65,7 +65,7 @@ RESPONSE_SCHEMA: dict[str, Any] = {
                 "required": ["type"],
             },
         },
-    ]
+    ],
 }
 
 

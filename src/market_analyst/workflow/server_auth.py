@@ -98,9 +98,17 @@ def on_thread_create(caller: Caller, value: dict[str, Any], owner: str | None = 
     return True if caller.role == OPERATOR else _own(caller) if owner is None else {"owner": owner}
 
 
-def on_thread_read(caller: Caller, value: dict[str, Any]) -> Verdict:
-    """Requesters read and search their own threads; the others read every thread (they review)."""
-    return _own(caller) if caller.role == REQUESTER else True
+def on_thread_read(caller: Caller, value: dict[str, Any], owner: str | None = None) -> Verdict:
+    """Requesters read and search their own threads; the others read every thread (they review). A
+    thread the project already has (`owner`) is a requester's to read only if it is theirs, whatever
+    this server's record of it says (a record made for an ID before the thread existed)."""
+    if caller.role != REQUESTER:
+        return True
+    if owner is not None and owner != caller.identity:
+        # A filter no record can meet (a requester's record names them as both owner and user, one
+        # made for the thread names its owner as both): 404, as for any thread that is not theirs.
+        return {"owner": caller.identity, "user_id": owner}
+    return _own(caller)
 
 
 def on_thread_update(caller: Caller, value: dict[str, Any]) -> Verdict:
@@ -123,6 +131,10 @@ def on_run(caller: Caller, value: dict[str, Any], owner: str | None = None) -> V
     requester's only if it is theirs, whether or not this server has a record of it."""
     if owner is not None and caller.role == REQUESTER and owner != caller.identity:
         return False
+    if value.get("multitask_strategy") == "rollback":
+        # It would delete the checkpoints of the run it cancels, which may have recorded a decision
+        # the audit log keeps, or a publication the archive keeps: refused for everyone.
+        return False
     kwargs = value.get("kwargs") or {}
     command = kwargs.get("command") or {}
     if isinstance(command, Mapping) and (command.get("goto") or command.get("update")):
@@ -134,6 +146,8 @@ def on_run(caller: Caller, value: dict[str, Any], owner: str | None = None) -> V
     if any(configurable.get(key) for key in FORK_KEYS) and caller.role != OPERATOR:
         return False
     run_input = kwargs.get("input")
+    if isinstance(run_input, dict) and caller.role != OPERATOR and owner not in (None, caller.identity):
+        return False  # a new analysis on another user's thread would make it the caller's
     if isinstance(run_input, dict) and caller.role != OPERATOR:
         named = run_input.get("user_id")
         if named not in (None, "", caller.identity):

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import ExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from market_analyst.errors import UserError
 from market_analyst.ports import CheckpointBackend, ThreadRow
 from market_analyst.settings import Settings
 from market_analyst.state import DEFAULT_USER
@@ -96,7 +99,6 @@ class ServerSaver(ThreadedSaver):
         super().__init__(backend.saver)
         self.backend = backend
         self.settings = settings
-        self._indexed: set[str] = set()  # threads this saver has seen a row for
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         return await self._call(self._put, config, checkpoint, metadata, new_versions)
@@ -111,10 +113,9 @@ class ServerSaver(ThreadedSaver):
 
     def _put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         thread_id = str(config["configurable"]["thread_id"])
-        if thread_id not in self._indexed and self.backend.index.owner(thread_id) is None:
+        if self.backend.index.owner(thread_id) is None:
             # Before anything of the thread is sealed: the row names the owner whose key seals it.
             self.backend.index.record(_first_row(thread_id, checkpoint, metadata, self._now()))
-        self._indexed.add(thread_id)
         saved = self.inner.put(config, checkpoint, metadata, new_versions)
         self._follow(thread_id)
         return saved
@@ -151,7 +152,6 @@ class ServerSaver(ThreadedSaver):
         with self.backend.lease(thread_id):
             self.backend.erase_thread(thread_id)
             self.backend.index.remove(thread_id)
-        self._indexed.discard(thread_id)
 
     def _now(self) -> str:
         from market_analyst.workflow.threads import stamp
@@ -177,6 +177,7 @@ async def server_checkpointer(settings: Settings | None = None) -> AsyncIterator
     from market_analyst.deps import open_checkpointer
 
     settings = settings or Settings.load()
+    _server_tables_in_memory()
     stack = ExitStack()
     backend = await asyncio.to_thread(stack.enter_context, open_checkpointer(settings))
     owner = threading.get_ident()
@@ -186,6 +187,30 @@ async def server_checkpointer(settings: Settings | None = None) -> AsyncIterator
     finally:
         _OPEN.pop(owner, None)
         await asyncio.to_thread(stack.close)
+
+
+def _server_tables_in_memory() -> None:
+    """Keep the in-memory runtime's own tables (`langgraph dev`) off the disk.
+
+    Its thread records hold a copy of each thread's values and interrupts, and its runs their input;
+    it writes them to `.langgraph_api/` in the directory it runs in, every ten seconds unless
+    `langgraph.json` sets `disable_persistence`, and as it stops whatever the setting. There they
+    would be beyond `forget`'s reach, and the server would load them again as it starts. The saver
+    holds the threads; those tables are a cache of it, so they are made read-only here (a write of
+    theirs does nothing), and a file an earlier server left is refused, with the way on. Nothing is
+    done outside that runtime's server (the module is not loaded: another runtime, or a test)."""
+    database = sys.modules.get("langgraph_runtime_inmem.database")
+    if database is None:
+        return
+    left = Path(database.OPS_FILENAME)
+    if left.exists():
+        raise UserError(
+            f"{left.resolve()} holds the threads and runs (with their values and input) that a LangGraph "
+            f"server kept on disk, which forget cannot reach: stop the server, delete "
+            f"{left.parent.resolve()}, then start it again"
+        )
+    database.GLOBAL_STORE.flag = "r"  # `PersistentDict.sync` writes nothing when read-only
+    database.GLOBAL_RETRY_COUNTER._counters.flag = "r"
 
 
 @asynccontextmanager

@@ -138,4 +138,3 @@ def without_arguments(reply: AIMessage, call_ids: set[str]) -> AIMessage:
     requires)."""
     calls = [{**c, "args": {}} if c["id"] in call_ids else c for c in reply.tool_calls]
     return reply.model_copy(update={"tool_calls": calls})
-

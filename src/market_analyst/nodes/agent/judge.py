@@ -113,4 +113,3 @@ def judge(arguments: dict[str, Any], facts: Facts) -> tuple[LLMAnalysis | None, 
     if problems:
         return None, "; ".join(problems)
     return answer, ""
-
