@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from market_analyst.deps import open_checkpointer
 from tests.support import SHARED_RECORDS
 from tests.support.cli import Cli
 from tests.support.langgraph_dev import DevServer, dev_server, status_of
@@ -164,6 +165,14 @@ def test_a_command_line_thread_is_decided_through_the_server_and_each_door_sees_
     assert server.reports_of(thread) == []
 
     decision = {"action": "approve", "draft_id": revised["draft_id"], "note": "through the server"}
+    # One writer per thread across doors: while a command holds the thread's lease, the server's run
+    # fails at once and records nothing.
+    with open_checkpointer(server.settings()) as backend, backend.lease(thread):
+        refused = bob.runs.wait(thread, "analyst", command={"resume": decision}, raise_error=False)
+        assert refused["__error__"]["error"] == "ThreadBusy", refused  # its text is in the server's log
+    assert f"thread {thread} is busy" in server.log.read_text()
+    assert server.reports_of(thread) == []
+    assert "approved" not in [e["action"] for e in server.audit_of(thread)]
     state = bob.runs.wait(thread, "analyst", command={"resume": decision})
     [document] = server.reports_of(thread)
     assert state["publication"]["key"] == document["key"] and document["approved_by"] == "bob"
@@ -178,31 +187,6 @@ def test_a_command_line_thread_is_decided_through_the_server_and_each_door_sees_
     server.client("olga").threads.delete(thread)
     assert [t["thread_id"] for t in cli.ok("threads", "--json").json()] == [claimed]
     assert thread in cli.fails("status", thread).stderr
-
-
-def test_a_server_run_waits_for_no_command_holding_the_thread(
-    servers: ExitStack, tmp_path: Path, harness: Any
-):
-    """One writer per thread across doors: while a command holds the thread's lease, a run the server
-    starts on it fails at once and records nothing; once it is free the same answer publishes once."""
-    from market_analyst.deps import open_checkpointer
-
-    home = tmp_path / "home"
-    home.mkdir()
-    server = servers.enter_context(
-        dev_server(home, {"MA_DATA_DIR": str(home / "data")}, CALLERS, made_by_cli=False)
-    )
-    ann, bob = server.client("ann"), server.client("bob")
-    thread = ann.threads.create()["thread_id"]
-    ann.runs.wait(thread, "analyst", input={"ticker": "MSFT"})
-    request = _request(server, "bob", thread)
-    decision = {"action": "approve", "draft_id": request["draft_id"], "note": "held"}
-    with open_checkpointer(server.settings()) as backend, backend.lease(thread):
-        refused = bob.runs.wait(thread, "analyst", command={"resume": decision}, raise_error=False)
-        assert "is busy" in str(refused) or "ThreadBusy" in str(refused), refused
-        assert server.reports_of(thread) == [] and server.audit_of(thread) == []
-    state = bob.runs.wait(thread, "analyst", command={"resume": decision})
-    assert len(server.reports_of(thread)) == 1 and state["publication"]["key"]
 
 
 def test_forget_leaves_none_of_her_words_in_the_data_directory_nor_the_servers_files(
