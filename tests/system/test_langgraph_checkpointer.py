@@ -152,6 +152,12 @@ def test_a_command_line_thread_is_decided_through_the_server_and_each_door_sees_
     assert made["metadata"]["owner"] == "ann" and made["metadata"]["user_id"] == "ann"
     request = _request(server, "bob", thread)
     assert request["requested_by"] == "ann"
+    # A run that would roll another back is refused to everyone.
+    rollback = {"resume": {"action": "approve", "draft_id": request["draft_id"]}}
+    assert (
+        status_of(lambda: bob.runs.create(thread, "analyst", command=rollback, multitask_strategy="rollback"))
+        == 403
+    )
     # An approver decides it; a new analysis on it would make it theirs: refused.
     assert status_of(lambda: bob.runs.wait(thread, "analyst", input={"ticker": "AAPL"})) == 403
 
