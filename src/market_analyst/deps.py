@@ -293,12 +293,19 @@ def open_keyring(settings: Settings) -> Keyring:
     store = open_keys(settings)
     if settings.records == "postgres" and settings.postgres_url:  # shared: refused at once without one
         master = load_master_key(settings.secret("master_key"), settings.data_dir, shared_by=store.location)
-        return Keyring(store, lambda: master, now=lambda: settings.now().isoformat(timespec="seconds"))
+        return Keyring(store, lambda: master, now=lambda: _key_made(settings))
     return Keyring(
         store,
         lambda: load_master_key(settings.secret("master_key"), settings.data_dir),
-        now=lambda: settings.now().isoformat(timespec="seconds"),
+        now=lambda: _key_made(settings),
     )
+
+
+def _key_made(settings: Settings) -> str:
+    """When a data key is made, to the microsecond: `records migrate`, run again, tells a key made
+    just before its last copy (and erased in the database since) from one made during it by that
+    moment alone (`persistence.migrate.made_before`)."""
+    return settings.now().isoformat(timespec="microseconds")
 
 
 def compact_after_erasure(settings: Settings) -> list[str]:

@@ -84,17 +84,21 @@ def made_before(since: datetime | None) -> Callable[[Any], bool]:
     the database, it was erased there. Never, on a first copy. A time that does not read is not
     older, but no time at all is (a key made before keys were dated)."""
 
-    # Records are dated to the second, truncated: one written just as the last copy began may carry
-    # a time up to a second before it, so the two seconds before `since` count as newer.
-    limit = since - timedelta(seconds=2) if since is not None else None
+    # Most records are dated to the second, truncated: one written just as the last copy began may
+    # carry a time up to a second before it, so the two seconds before `since` count as newer. A time
+    # to the microsecond (a data key's) names its moment on this host's clock, which `since` was read
+    # from too: older is then before `since` itself, so a key made a moment before the copy is known
+    # to have been copied, and is not copied back once erased there.
+    coarse = since - timedelta(seconds=2) if since is not None else None
 
     def older(made: Any) -> bool:
-        if limit is None:
+        if since is None or coarse is None:
             return False
         try:
             at = datetime.fromisoformat(str(made).replace("Z", "+00:00"))
         except ValueError:
             return str(made) == ""  # a key made before keys were dated
+        limit = since if "." in str(made) else coarse
         return (at if at.tzinfo else at.replace(tzinfo=UTC)) < limit
 
     return older
